@@ -68,7 +68,13 @@ def crop_cache(cache, keep: int) -> None:
     """Keep only the first ``keep`` tokens of every layer (in place)."""
     if keep < 0:
         raise ValueError(f"keep must be >= 0 tokens, got {keep}.")
-    cache.crop(keep)
+    drop = cache_length(cache) - keep
+    if drop <= 0:
+        return
+    try:
+        cache.crop(-drop)      # transformers >= 5: a negative count of tokens to remove
+    except ValueError:
+        cache.crop(keep)       # transformers 4: the absolute length to keep
 
 
 # --------------------------------------------------------------------------- the loops
@@ -119,3 +125,25 @@ def generate_cached(model, prompt_ids: torch.Tensor, n_new: int) -> torch.Tensor
         nxt, cache = decode_step(model, nxt, cache)
         out.append(nxt)
     return torch.cat(out, dim=1)
+
+
+@torch.inference_mode()
+def timed_generate(model, prompt_ids: torch.Tensor, n_new: int, cached: bool):
+    """Generate greedily and time every step. Returns (new tokens (batch, n_new), seconds per step).
+
+    Step 0 of the cached run is the prefill; the naive run has no such split.
+    """
+    import time
+    _check_n(n_new)
+    ids, cache, times = prompt_ids, None, []
+    nxt = None
+    for i in range(n_new):
+        t0 = time.perf_counter()
+        if cached:
+            nxt, cache = prefill(model, prompt_ids) if i == 0 else decode_step(model, nxt, cache)
+        else:
+            logits, _ = forward(model, ids)
+            nxt = greedy(logits)
+        times.append(time.perf_counter() - t0)
+        ids = torch.cat([ids, nxt], dim=1)
+    return ids[:, prompt_ids.shape[1]:], times

