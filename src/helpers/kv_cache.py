@@ -27,8 +27,9 @@ def new_cache(model=None):
     return DynamicCache(config=model.config) if model is not None else DynamicCache()
 
 
+@torch.inference_mode()
 def forward(model, ids: torch.Tensor, cache=None, **kwargs):
-    """One forward pass; returns (logits, cache). ``cache=None`` runs without a cache."""
+    """One forward pass with no autograd bookkeeping; returns (logits, cache). ``cache=None`` runs without a cache."""
     if cache is None:
         out = model(ids, use_cache=False, **kwargs)
         return out.logits, None

@@ -2,17 +2,17 @@
 
 * :func:`time_it` warms up, repeats, and reports the median.
 * :func:`peak_memory` reports how many bytes a piece of work needed on top of
-  what was already resident. On CUDA that is the allocator's peak. On CPU,
-  PyTorch keeps no allocator statistics, so we ask the kernel: freed heap
-  memory is first returned to the OS (``malloc_trim``), the process's
-  high-water mark is reset (``/proc/self/clear_refs``), the work runs, and the
-  new high-water mark (``VmHWM``) minus the resident size before is the answer.
+  what was already alive. On CUDA that is the allocator's peak. On CPU, where
+  PyTorch keeps no allocator statistics, we account for every tensor the work
+  creates and frees, operator by operator, and report the peak. (The process's
+  resident size is no substitute: the C allocator keeps freed memory and
+  one-time library buffers, which made it swing by hundreds of MB between
+  identical runs here.)
 """
 from __future__ import annotations
 
-import ctypes
 import gc
-import os
+import weakref
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -60,32 +60,78 @@ def time_it(fn: Callable[[], object], repeats: int = 5, warmup: int = 1) -> Timi
 
 @dataclass
 class MemoryPeak:
-    extra_bytes: int      # peak during the work minus what was resident before
+    extra_bytes: int      # peak during the work minus what was live before
     method: str           # how it was measured
 
 
-def _proc_status(key: str) -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(key + ":"):
-                return int(line.split()[1]) * 1024
-    raise KeyError(key)
+class _LiveTensorBytes:
+    """Counts the bytes of every tensor storage created while active, and when each is freed.
+
+    A ``TorchDispatchMode`` sees the output of every operator; a weak reference on each output
+    tells us when it dies. Storages shared by views are counted once (keyed by data pointer and
+    reference-counted over the tensors that share it). Scratch space used *inside* one operator
+    (a matmul's workspace) is not a tensor and is not counted; on CUDA the allocator does count it.
+    """
+
+    def __init__(self):
+        self.live = 0
+        self.peak = 0
+        self._refs: dict[int, list[int]] = {}     # data_ptr -> [tensor count, bytes]
+
+    def _free(self, key: int) -> None:
+        entry = self._refs.get(key)
+        if entry is None:
+            return
+        entry[0] -= 1
+        if entry[0] == 0:
+            self.live -= entry[1]
+            del self._refs[key]
+
+    def track(self, t: torch.Tensor) -> None:
+        if t.device.type == "meta":
+            return
+        storage = t.untyped_storage()
+        key, nbytes = storage.data_ptr(), storage.nbytes()
+        if key == 0 or nbytes == 0:
+            return
+        entry = self._refs.get(key)
+        if entry is None:
+            self._refs[key] = [1, nbytes]
+            self.live += nbytes
+            self.peak = max(self.peak, self.live)
+        else:
+            entry[0] += 1
+        weakref.finalize(t, self._free, key)
 
 
-def _release_free_heap():
+def _tensor_peak(fn: Callable[[], object]) -> int:
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves
+
+    counter = _LiveTensorBytes()
+
+    class Mode(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            for t in tree_leaves(out):
+                if isinstance(t, torch.Tensor):
+                    counter.track(t)
+            return out
+
+    with Mode():
+        result = fn()
+    del result
     gc.collect()
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
-
-
-def cpu_peak_supported() -> bool:
-    return os.path.exists("/proc/self/clear_refs") and os.access("/proc/self/clear_refs", os.W_OK)
+    return counter.peak
 
 
 def peak_memory(fn: Callable[[], object], device: str | torch.device | None = None) -> MemoryPeak:
-    """Extra memory ``fn`` needed at its peak, beyond what was already resident."""
+    """Extra memory ``fn`` needed at its peak, beyond what was already alive before it ran.
+
+    CUDA: the caching allocator's own peak statistic. CPU: PyTorch keeps no allocator statistics, so
+    we account for every tensor the work creates and frees (see ``_LiveTensorBytes``) and report the
+    most bytes alive at once. Both leave out the weights and anything else that existed before.
+    """
     dev = torch.device(device) if device is not None else (
         torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu"))
     if dev.type == "cuda":
@@ -95,17 +141,7 @@ def peak_memory(fn: Callable[[], object], device: str | torch.device | None = No
         fn()
         torch.cuda.synchronize()
         return MemoryPeak(torch.cuda.max_memory_allocated() - before, "CUDA allocator peak")
-    if not cpu_peak_supported():
-        raise RuntimeError("Measuring peak CPU memory needs Linux's /proc/self/clear_refs; run on Linux or CUDA.")
-    _release_free_heap()
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")                      # reset VmHWM to the current resident size
-    before = _proc_status("VmRSS")
-    result = fn()
-    peak = _proc_status("VmHWM")
-    del result
-    _release_free_heap()
-    return MemoryPeak(peak - before, "resident-set high-water mark (Linux)")
+    return MemoryPeak(_tensor_peak(fn), "peak bytes of live tensors, counted operator by operator")
 
 
 def progress(iterable, desc: str | None = None, **kwargs):
