@@ -39,7 +39,9 @@ def error_line(message: str) -> str:
 def live(fn: Callable, **controls):
     """Recompute ``fn(**values)`` whenever a control moves (JupyterLab only).
 
-    ``controls`` are ipywidgets (or abbreviations such as ``(1, 8, 1)``). The
+    ``controls`` are :class:`Control` descriptions (``int_slider``, ``float_slider``, ``dropdown``,
+    ``text``), ipywidgets, or abbreviations such as ``(1, 8, 1)``. Describe them with the helpers
+    here rather than building ipywidgets yourself, so the static site carries no widget state. The
     function may return a plotly figure, anything displayable, or ``None`` (if it
     displays by itself). ``ValueError`` messages are shown as one line.
     Returns the widget, or ``None`` on the static site.
@@ -61,19 +63,46 @@ def live(fn: Callable, **controls):
             else:
                 display(result)
 
-    ui = widgets.interactive(shown, **controls)
+    built = {k: v.build() if isinstance(v, Control) else v for k, v in controls.items()}
+    ui = widgets.interactive(shown, **built)
     display(ui)
     return ui
 
 
-def int_slider(value: int, min: int, max: int, step: int = 1, description: str = "", **kw):
+class Control:
+    """A widget described now and built only when a live control is shown.
+
+    Building an ipywidget registers it with the kernel, and the book build would embed its state
+    (and CDN scripts to render it) into the static page; describing it lazily keeps the page clean.
+    """
+
+    def __init__(self, kind: str, **kwargs):
+        self.kind, self.kwargs = kind, kwargs
+
+    def build(self):
+        import ipywidgets as widgets
+        return getattr(widgets, self.kind)(**self.kwargs)
+
+
+def int_slider(value: int, min: int, max: int, step: int = 1, description: str = "", **kw) -> Control:
     """An integer slider that updates when released (clamped to [min, max] by construction)."""
-    import ipywidgets as widgets
-    return widgets.IntSlider(value=value, min=min, max=max, step=step, description=description,
-                             continuous_update=False, style={"description_width": "initial"}, **kw)
+    return Control("IntSlider", value=value, min=min, max=max, step=step, description=description,
+                   continuous_update=False, style={"description_width": "initial"}, **kw)
 
 
-def float_slider(value: float, min: float, max: float, step: float, description: str = "", **kw):
-    import ipywidgets as widgets
-    return widgets.FloatSlider(value=value, min=min, max=max, step=step, description=description,
-                               continuous_update=False, style={"description_width": "initial"}, **kw)
+def float_slider(value: float, min: float, max: float, step: float, description: str = "", **kw) -> Control:
+    return Control("FloatSlider", value=value, min=min, max=max, step=step, description=description,
+                   continuous_update=False, style={"description_width": "initial"}, **kw)
+
+
+def dropdown(options, value=None, description: str = "", **kw) -> Control:
+    """A dropdown; ``options`` is a list of values or of (label, value) pairs."""
+    extra = {} if value is None else {"value": value}
+    return Control("Dropdown", options=options, description=description,
+                   style={"description_width": "initial"}, **extra, **kw)
+
+
+def text(value: str = "", description: str = "", **kw) -> Control:
+    """A one-line text box that updates on Enter or when it loses focus."""
+    return Control("Text", value=value, description=description, continuous_update=False,
+                   style={"description_width": "initial"}, **kw)
