@@ -84,6 +84,12 @@ class Control:
         return getattr(widgets, self.kind)(**self.kwargs)
 
 
+def widget(kind: str, **kwargs) -> Control:
+    """Any ipywidget by class name, described lazily: ``widget("Checkbox", value=True, description="x")``."""
+    kwargs.setdefault("style", {"description_width": "initial"})
+    return Control(kind, **kwargs)
+
+
 def int_slider(value: int, min: int, max: int, step: int = 1, description: str = "", **kw) -> Control:
     """An integer slider that updates when released (clamped to [min, max] by construction)."""
     return Control("IntSlider", value=value, min=min, max=max, step=step, description=description,

@@ -1,22 +1,547 @@
-"""Weight quantization: absmax (symmetric) at any bit width and granularity.
+"""Weight quantization: store each weight in a few bits plus a little bookkeeping.
 
-(Stub written with the skeleton so other modules can rely on the signatures below;
-the quantization section extends this module.)
+Every scheme in the chapter is the same three moves: cut the tensor into
+*blocks* that share one scale, map each weight to the nearest of a few
+*levels*, keep the level indices (the codes) and the scales. They differ in
+how big a block is (granularity) and where the levels sit.
+
+Granularity (the ``axis`` and ``group_size`` keywords, the same everywhere)
+
+* ``axis=None, group_size=None``: one scale for the whole tensor (per-tensor);
+* ``axis=-1``: one scale per row, i.e. per output channel of a ``Linear`` weight
+  (per-row). ``axis`` is the axis the maximum is taken over, so ``axis=0`` on
+  activations shaped (tokens, dims) gives one scale per dimension;
+* ``axis=-1, group_size=g``: groups of ``g`` consecutive weights inside each
+  row; ``g`` must divide the row;
+* ``axis=None, group_size=g``: blocks of ``g`` consecutive weights of the
+  flattened tensor, the way bitsandbytes and GGUF lay blocks out in memory; ``g``
+  must divide the number of weights. When ``g`` divides the row the two agree
+  exactly. (SmolLM2's rows are 576 wide, which 128 does not divide: the chapter's
+  "group of 128" therefore uses flat blocks.)
+
+Schemes
+
+* :func:`absmax_quantize` / :func:`dequantize`: symmetric, integer codes in
+  ``[-2**(bits-1), 2**(bits-1)-1]``, ``w ~ q * scale``, 2 to 8 bits;
+* :func:`asymmetric_quantize`: unsigned codes and an integer zero point,
+  ``w ~ (q - zero_point) * scale``;
+* :func:`nf4_levels`, :func:`nf4_quantize`: NormalFloat4 (QLoRA), 16 levels at
+  quantiles of the normal distribution, absmax-scaled blocks (64 by default);
+* :func:`q4_1_quantize`: GGML's Q4_1, the format our reference weights are stored
+  in: blocks of 32, 4-bit codes, an fp16 scale ``d`` and an fp16 minimum ``m``,
+  ``w ~ q * d + m``; 5 bits per weight;
+* :func:`bits_per_weight`, :func:`weight_bytes_at`: the bookkeeping;
+* :func:`relative_error`: ``||W - W_hat|| / ||W||``;
+* :class:`Scheme`, :func:`projection_weights`, :func:`relative_errors`,
+  :func:`quantized_projections`: apply a scheme to every projection matrix of a model.
 """
 from __future__ import annotations
 
+import contextlib
+import functools
+import math
+import numbers
+from dataclasses import dataclass
+from typing import Iterator
+
 import torch
 
+# --------------------------------------------------------------------------- checks
 
-def absmax_quantize(w: torch.Tensor, bits: int = 8):
-    """Symmetric absmax with one scale for the whole tensor: returns (integer codes, scale)."""
-    if not 2 <= bits <= 8:
-        raise ValueError(f"bits must be between 2 and 8, got {bits}.")
+
+def _check_bits(bits, low: int = 2, high: int = 8) -> int:
+    if isinstance(bits, bool) or not isinstance(bits, numbers.Integral) or not low <= bits <= high:
+        raise ValueError(f"bits must be an integer from {low} to {high}, got {bits!r}.")
+    return int(bits)
+
+
+def _check_weights(w) -> torch.Tensor:
+    if not isinstance(w, torch.Tensor):
+        raise ValueError(f"Expected a torch.Tensor of weights, got {type(w).__name__}: wrap it with torch.as_tensor().")
+    if w.numel() == 0:
+        raise ValueError("Cannot quantize an empty tensor: pass a tensor with at least one weight.")
+    if not w.is_floating_point():
+        raise ValueError(f"Expected floating-point weights, got {w.dtype}: convert them with .float() first.")
+    return w.float()
+
+
+# --------------------------------------------------------------------------- blocks
+
+
+class _Layout:
+    """How a tensor is cut into blocks that share one scale, and how to undo it."""
+
+    def __init__(self, shape: torch.Size, axis: int | None, group_size: int | None):
+        self.shape = torch.Size(shape)
+        ndim, numel = len(self.shape), self.shape.numel()
+        if group_size is not None and (isinstance(group_size, bool) or not isinstance(group_size, numbers.Integral)
+                                       or group_size < 1):
+            raise ValueError(f"group_size must be a positive integer or None, got {group_size!r}.")
+        group_size = None if group_size is None else int(group_size)
+        if axis is not None:
+            valid = not isinstance(axis, bool) and isinstance(axis, numbers.Integral)
+            if not valid or not -max(ndim, 1) <= axis < max(ndim, 1):
+                raise ValueError(f"axis must be None or an axis of a {ndim}-d tensor, got {axis!r}.")
+            axis = int(axis) % max(ndim, 1)
+        self.axis, self.group_size = axis, group_size
+        self.moved = False
+        if axis is None and group_size is None:                 # per tensor
+            self.block = numel
+            self.stat_shape: tuple = ()
+        elif axis is None:                                      # flat blocks
+            if numel % group_size:
+                raise ValueError(f"group_size {group_size} does not divide the {numel} weights: pick a divisor "
+                                 f"of {numel}.")
+            self.block = group_size
+            self.stat_shape = (numel // group_size,)
+        elif group_size is None:                                # one scale per slice along `axis`
+            self.block = self.shape[axis] if ndim else 1
+            self.moved = ndim > 1 and axis != ndim - 1
+            self.stat_shape = tuple(1 if d == axis else n for d, n in enumerate(self.shape)) if ndim else (1,)
+        else:                                                   # groups inside each row
+            if ndim and axis != ndim - 1:
+                raise ValueError(f"Groups run along the last axis: use axis=-1 (got axis={axis}).")
+            row = self.shape[-1] if ndim else 1
+            if row % group_size:
+                raise ValueError(f"group_size {group_size} does not divide the row length {row}: pick a divisor "
+                                 f"of {row}, or axis=None for flat blocks.")
+            self.block = group_size
+            self.stat_shape = tuple(self.shape[:-1]) + (row // group_size,)
+        self.n_blocks = numel // self.block if self.block else 0
+
+    def to_blocks(self, w: torch.Tensor) -> torch.Tensor:
+        if self.moved:
+            w = w.movedim(self.axis, -1)
+        return w.reshape(-1, self.block)
+
+    def from_blocks(self, b: torch.Tensor) -> torch.Tensor:
+        if self.moved:
+            moved_shape = tuple(n for d, n in enumerate(self.shape) if d != self.axis) + (self.shape[self.axis],)
+            return b.reshape(moved_shape).movedim(-1, self.axis)
+        return b.reshape(self.shape)
+
+    def stat_from_blocks(self, s: torch.Tensor) -> torch.Tensor:
+        """(n_blocks, 1) per-block statistics -> the shape returned to the caller."""
+        if self.moved:
+            moved = tuple(n for d, n in enumerate(self.shape) if d != self.axis) + (1,)
+            return s.reshape(moved).movedim(-1, self.axis)
+        return s.reshape(self.stat_shape)
+
+
+def _stat_to_blocks(stat: torch.Tensor, shape: torch.Size) -> tuple[torch.Tensor, int]:
+    """Infer the block layout from the shapes of the codes and of a per-block statistic.
+
+    Returns (stat as a column of blocks or a broadcastable tensor, block length or 0 for broadcast).
+    """
+    stat = torch.as_tensor(stat)
+    ndim = len(shape)
+    if stat.numel() == 1:
+        return stat.reshape(()), 0
+    if stat.ndim == ndim and all(s in (1, n) for s, n in zip(stat.shape, shape)):
+        return stat, 0
+    if (stat.ndim == ndim and tuple(stat.shape[:-1]) == tuple(shape[:-1]) and stat.shape[-1]
+            and shape[-1] % stat.shape[-1] == 0):
+        return stat.reshape(-1, 1), shape[-1] // stat.shape[-1]
+    if stat.ndim == 1 and shape.numel() % stat.numel() == 0:
+        return stat.reshape(-1, 1), shape.numel() // stat.numel()
+    raise ValueError(f"A statistic shaped {tuple(stat.shape)} does not match codes shaped {tuple(shape)}: pass the "
+                     f"codes and scales returned by the same quantize call.")
+
+
+def _apply_blockwise(q: torch.Tensor, stat: torch.Tensor, fn) -> torch.Tensor:
+    s, block = _stat_to_blocks(stat, q.shape)
+    if block == 0:
+        return fn(q, s)
+    return fn(q.reshape(-1, block), s).reshape(q.shape)
+
+
+# --------------------------------------------------------------------------- symmetric absmax
+
+
+def absmax_quantize(w: torch.Tensor, bits: int = 8, axis: int | None = None, group_size: int | None = None):
+    """Symmetric absmax quantization: returns (integer codes as int8, scale).
+
+    ``scale = max|w| / (2**(bits-1) - 1)`` per block, ``q = round(w / scale)``;
+    ``dequantize(q, scale)`` reconstructs. The scale has one entry per block
+    (see the module docstring for ``axis`` and ``group_size``). A block of
+    zeros gets scale 0 and codes 0.
+    """
+    _check_bits(bits)
+    w = _check_weights(w)
+    lay = _Layout(w.shape, axis, group_size)
     qmax = 2 ** (bits - 1) - 1
-    scale = w.abs().max() / qmax
-    q = torch.round(w / scale).clamp(-qmax - 1, qmax)
-    return q.to(torch.int8), scale
+    b = lay.to_blocks(w)
+    scale = b.abs().amax(dim=1, keepdim=True) / qmax
+    safe = torch.where(scale > 0, scale, torch.ones_like(scale))
+    q = (b / safe).round_().clamp_(-qmax - 1, qmax)
+    return lay.from_blocks(q.to(torch.int8)), lay.stat_from_blocks(scale)
 
 
-def dequantize(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    return q.to(torch.float32) * scale
+def dequantize(q: torch.Tensor, scale: torch.Tensor, zero_point: torch.Tensor | None = None) -> torch.Tensor:
+    """Codes back to fp32: ``q * scale``, or ``(q - zero_point) * scale`` for asymmetric codes."""
+    qf = q.to(torch.float32, copy=True)
+    if zero_point is not None:
+        qf = _apply_blockwise(qf, zero_point, lambda a, z: a - z.to(torch.float32))
+    return _apply_blockwise(qf, scale, lambda a, s: a.mul_(s))
+
+
+# --------------------------------------------------------------------------- asymmetric (zero point)
+
+
+def asymmetric_quantize(w: torch.Tensor, bits: int = 8, axis: int | None = None, group_size: int | None = None):
+    """Asymmetric (affine) quantization: returns (codes as uint8, scale, zero_point as int32).
+
+    The range ``[min(w, 0), max(w, 0)]`` of each block is split into ``2**bits - 1``
+    steps; ``zero_point`` is the code that stands for 0.0 (so zero stays exact,
+    as in PyTorch's observers). ``dequantize(q, scale, zero_point)`` reconstructs.
+    """
+    _check_bits(bits)
+    w = _check_weights(w)
+    lay = _Layout(w.shape, axis, group_size)
+    qmax = 2 ** bits - 1
+    b = lay.to_blocks(w)
+    lo = b.amin(dim=1, keepdim=True).clamp(max=0)
+    hi = b.amax(dim=1, keepdim=True).clamp(min=0)
+    scale = (hi - lo) / qmax
+    safe = torch.where(scale > 0, scale, torch.ones_like(scale))
+    zero = torch.round(-lo / safe).clamp(0, qmax)
+    q = (torch.round(b / safe) + zero).clamp(0, qmax)
+    return (lay.from_blocks(q.to(torch.uint8)), lay.stat_from_blocks(scale),
+            lay.stat_from_blocks(zero.to(torch.int32)))
+
+
+# --------------------------------------------------------------------------- codebooks: NF4 and friends
+
+# The NF4 table as published with QLoRA (Dettmers et al. 2023, appendix E) and shipped in bitsandbytes.
+NF4_PUBLISHED = (
+    -1.0, -0.6961928009986877, -0.5250730514526367, -0.39491748809814453,
+    -0.28444138169288635, -0.18477343022823334, -0.09105003625154495, 0.0,
+    0.07958029955625534, 0.16093020141124725, 0.24611230194568634, 0.33791524171829224,
+    0.44070982933044434, 0.5626170039176941, 0.7229568362236023, 1.0,
+)
+# The outermost quantile: halfway between 1 - 1/(2*15) and 1 - 1/(2*16) (the quantile 1.0 itself is infinite).
+NF4_OFFSET = 0.5 * ((1 - 1 / (2 * 15)) + (1 - 1 / (2 * 16)))
+
+
+def nf4_levels(offset: float = NF4_OFFSET) -> torch.Tensor:
+    """The 16 NF4 levels, computed from quantiles of the standard normal distribution.
+
+    Eight positive levels at quantiles evenly spaced in probability from 0.5 to
+    ``offset``, seven negative ones the same way, and an exact zero; divided by
+    the largest so they span [-1, 1]. Dense near zero, where most weights are.
+    """
+    if not 0.5 < offset < 1.0:
+        raise ValueError(f"offset must lie strictly between 0.5 and 1, got {offset}.")
+    pos = torch.special.ndtri(torch.linspace(offset, 0.5, 9, dtype=torch.float64))[:-1]
+    neg = -torch.special.ndtri(torch.linspace(offset, 0.5, 8, dtype=torch.float64))[:-1]
+    v = torch.cat([neg, torch.zeros(1, dtype=torch.float64), pos]).sort().values
+    return (v / v.max()).to(torch.float32)
+
+
+def uniform_levels(bits: int) -> torch.Tensor:
+    """The levels of symmetric absmax at ``bits``, as a codebook on [-1, 1]: k / (2**(bits-1) - 1)."""
+    _check_bits(bits)
+    qmax = 2 ** (bits - 1) - 1
+    return torch.arange(-qmax - 1, qmax + 1, dtype=torch.float32) / qmax
+
+
+def codebook_quantize(w: torch.Tensor, levels: torch.Tensor, axis: int | None = None,
+                      group_size: int | None = 64):
+    """Absmax-scaled blocks rounded to the nearest of arbitrary ``levels`` on [-1, 1].
+
+    Returns (level indices as uint8, absmax per block). NF4 is this with
+    :func:`nf4_levels`; symmetric absmax is this with :func:`uniform_levels`.
+    """
+    w = _check_weights(w)
+    levels = torch.as_tensor(levels, dtype=torch.float32, device=w.device)
+    if levels.ndim != 1 or not 2 <= levels.numel() <= 256:
+        raise ValueError(f"levels must be a 1-d list of 2 to 256 values, got shape {tuple(levels.shape)}.")
+    if not torch.all(levels[1:] > levels[:-1]):
+        raise ValueError("levels must be sorted in increasing order with no repeats.")
+    lay = _Layout(w.shape, axis, group_size)
+    b = lay.to_blocks(w)
+    absmax = b.abs().amax(dim=1, keepdim=True)
+    safe = torch.where(absmax > 0, absmax, torch.ones_like(absmax))
+    mid = (levels[1:] + levels[:-1]) / 2          # nearest level = how many midpoints lie below x
+    x = b / safe
+    if mid.numel() <= 32:                           # a few comparisons beat a binary search here
+        idx = torch.zeros(x.shape, dtype=torch.uint8, device=x.device)
+        above = torch.empty(x.shape, dtype=torch.bool, device=x.device)
+        for m in mid.tolist():
+            idx.add_(torch.gt(x, m, out=above).view(torch.uint8))
+    else:
+        idx = torch.bucketize(x, mid).to(torch.uint8)
+    return lay.from_blocks(idx), lay.stat_from_blocks(absmax)
+
+
+def codebook_dequantize(idx: torch.Tensor, absmax: torch.Tensor, levels: torch.Tensor) -> torch.Tensor:
+    levels = torch.as_tensor(levels, dtype=torch.float32, device=idx.device)
+    vals = levels.index_select(0, idx.reshape(-1).int()).reshape(idx.shape)   # a table lookup per weight
+    return _apply_blockwise(vals, absmax, lambda a, s: a.mul_(s))
+
+
+def nf4_quantize(w: torch.Tensor, group_size: int | None = 64, axis: int | None = None):
+    """NF4: absmax blocks (64 weights by default) rounded to the nearest NF4 level; returns (indices, absmax)."""
+    return codebook_quantize(w, nf4_levels(), axis=axis, group_size=group_size)
+
+
+def nf4_dequantize(idx: torch.Tensor, absmax: torch.Tensor) -> torch.Tensor:
+    return codebook_dequantize(idx, absmax, nf4_levels())
+
+
+# --------------------------------------------------------------------------- GGML Q4_1 (our reference's format)
+
+Q4_1_BLOCK = 32
+Q4_1_BLOCK_BYTES = 2 + 2 + Q4_1_BLOCK // 2   # fp16 d, fp16 m, 32 four-bit codes
+
+
+def q4_1_quantize(w: torch.Tensor):
+    """GGML Q4_1: blocks of 32 consecutive weights, ``w ~ q * d + m`` with q in 0..15.
+
+    Returns (codes uint8 shaped like ``w``, d fp16 per block, m fp16 per block).
+    Rounds exactly like llama.cpp's reference (codes from fp32 ``d`` and ``min``,
+    both stored in fp16).
+    """
+    w = _check_weights(w)
+    lay = _Layout(w.shape, None, Q4_1_BLOCK)
+    b = lay.to_blocks(w)
+    mn = b.amin(dim=1, keepdim=True)
+    d = (b.amax(dim=1, keepdim=True) - mn) / 15
+    inv = torch.where(d == 0, torch.zeros_like(d), 1 / d)
+    q = torch.trunc((b - mn) * inv + 0.5).clamp(0, 15)
+    return lay.from_blocks(q.to(torch.uint8)), d.reshape(-1).half(), mn.reshape(-1).half()
+
+
+def q4_1_dequantize(q: torch.Tensor, d: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+    if d.numel() * Q4_1_BLOCK != q.numel() or m.numel() != d.numel():
+        raise ValueError(f"Q4_1 needs one d and one m per {Q4_1_BLOCK} codes: got {q.numel()} codes, "
+                         f"{d.numel()} d and {m.numel()} m.")
+    b = q.reshape(-1, Q4_1_BLOCK).to(torch.float32)
+    return (d.float().reshape(-1, 1) * b + m.float().reshape(-1, 1)).reshape(q.shape)
+
+
+def q4_1_error_estimate(w: torch.Tensor) -> float:
+    """Estimated relative error Q4_1 causes on ``w``, from the block steps ``d`` alone.
+
+    Inside a block the minimum and the maximum are stored exactly (codes 0 and
+    15); each of the other 30 weights is off by a rounding error spread evenly
+    over one step, whose mean square is ``d**2 / 12``. For weights that already
+    sit on a Q4_1 grid (our reference) this estimates how far the grid is from
+    the unknown weights it was rounded from.
+    """
+    w = _check_weights(w)
+    _, d, _ = q4_1_quantize(w)
+    norm = float(torch.linalg.vector_norm(w))
+    if norm == 0:
+        raise ValueError("The tensor is all zeros, so a relative error is undefined.")
+    return math.sqrt(float((d.double() ** 2).sum()) * (Q4_1_BLOCK - 2) / 12) / norm
+
+
+def unpack_q4_1(raw) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Raw GGUF Q4_1 bytes (20 per block) -> (codes (n_blocks, 32) uint8, d fp16, m fp16).
+
+    Block layout: d (fp16), m (fp16), then 16 bytes whose low nibbles are weights
+    0..15 and high nibbles weights 16..31.
+    """
+    raw = torch.as_tensor(raw).reshape(-1)
+    if raw.dtype != torch.uint8 or raw.numel() % Q4_1_BLOCK_BYTES:
+        raise ValueError(f"Q4_1 data must be uint8 bytes in blocks of {Q4_1_BLOCK_BYTES}, got {raw.dtype} "
+                         f"x {raw.numel()}.")
+    blocks = raw.reshape(-1, Q4_1_BLOCK_BYTES)
+    d = blocks[:, 0:2].contiguous().view(torch.float16).reshape(-1)
+    m = blocks[:, 2:4].contiguous().view(torch.float16).reshape(-1)
+    qs = blocks[:, 4:]
+    codes = torch.cat([qs & 0x0F, qs >> 4], dim=1)
+    return codes, d, m
+
+
+GGUF_NAMES = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
+              "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
+              "mlp.down_proj": "ffn_down"}
+
+
+def gguf_name(name: str) -> str:
+    """'model.layers.12.mlp.down_proj.weight' -> 'blk.12.ffn_down.weight' (the name inside a GGUF file)."""
+    parts = name.split(".")
+    try:
+        i = parts.index("layers")
+        layer, sub = int(parts[i + 1]), ".".join(parts[i + 2:i + 4])
+        return f"blk.{layer}.{GGUF_NAMES[sub]}.weight"
+    except (ValueError, IndexError, KeyError):
+        raise ValueError(f"{name!r} is not a projection matrix of a Llama-style layer "
+                         f"(expected e.g. 'model.layers.12.mlp.down_proj.weight').") from None
+
+
+@functools.lru_cache(maxsize=2)
+def _gguf_reader(path: str):
+    import gguf
+    return gguf.GGUFReader(path)   # parsing the header (and its 49k-token vocabulary) takes a few seconds
+
+
+def read_gguf_q4_1(name: str, path: str | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The stored (codes, d, m) of one Q4_1 matrix of a GGUF file (the embedded model's by default).
+
+    ``name`` is the transformers name; codes come back shaped (out_features, in_features).
+    """
+    from .model import embedded_gguf_path
+    reader = _gguf_reader(str(path or embedded_gguf_path()))
+    target = gguf_name(name)
+    for t in reader.tensors:
+        if t.name == target:
+            if t.tensor_type.name != "Q4_1":
+                raise ValueError(f"{target} is stored as {t.tensor_type.name}, not Q4_1.")
+            codes, d, m = unpack_q4_1(torch.from_numpy(t.data.copy()))
+            rows, cols = int(t.shape[1]), int(t.shape[0])   # GGUF lists the fastest axis first
+            return codes.reshape(rows, cols), d, m
+    raise ValueError(f"No tensor {target} in {path or 'the embedded GGUF'}.")
+
+
+# --------------------------------------------------------------------------- bookkeeping and error
+
+
+def bits_per_weight(bits: int, group_size: int | None = None, scale_bits: int = 16, zero_bits: int = 0) -> float:
+    """Storage cost per weight: the code plus its block's share of the scale (and zero point / minimum).
+
+    ``bits_per_weight(4, 128) == 4.125``; NF4 blocks of 64: 4.25; Q4_1:
+    ``bits_per_weight(4, 32, zero_bits=16) == 5.0``. ``group_size=None`` means
+    the bookkeeping is negligible (one scale for a whole tensor).
+    """
+    _check_bits(bits, 1, 32)
+    if group_size is None:
+        return float(bits)
+    if isinstance(group_size, bool) or not isinstance(group_size, numbers.Integral) or group_size < 1:
+        raise ValueError(f"group_size must be a positive integer or None, got {group_size!r}.")
+    return bits + (scale_bits + zero_bits) / group_size
+
+
+def weight_bytes_at(n_params: int, bits: float) -> float:
+    """Bytes to store ``n_params`` weights at ``bits`` each (bookkeeping included if ``bits`` includes it)."""
+    if n_params < 0 or bits <= 0:
+        raise ValueError(f"Need n_params >= 0 and bits > 0, got {n_params} and {bits}.")
+    return n_params * bits / 8
+
+
+def relative_error(w: torch.Tensor, w_hat: torch.Tensor) -> float:
+    """``||W - W_hat|| / ||W||`` (Frobenius norms): 0 is perfect, 1 is as bad as replacing W by zeros."""
+    if w.shape != w_hat.shape:
+        raise ValueError(f"Shapes differ: {tuple(w.shape)} vs {tuple(w_hat.shape)}; compare a tensor with its own "
+                         f"reconstruction.")
+    w = w.float()
+    norm = torch.linalg.vector_norm(w)
+    if norm == 0:
+        raise ValueError("The reference tensor is all zeros, so a relative error is undefined.")
+    return float(torch.linalg.vector_norm(w - w_hat.float()) / norm)
+
+
+# --------------------------------------------------------------------------- schemes over a model
+
+KINDS = ("absmax", "asymmetric", "nf4", "q4_1")
+
+
+@dataclass(frozen=True)
+class Scheme:
+    """One way to quantize a weight matrix, by name: ``Scheme('int4 g128', 'absmax', 4, None, 128)``."""
+    name: str
+    kind: str = "absmax"
+    bits: int = 8
+    axis: int | None = None
+    group_size: int | None = None
+    scale_bits: int = 16
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ValueError(f"kind must be one of {KINDS}, got {self.kind!r}.")
+        if self.kind in ("nf4", "q4_1") and self.bits != 4:
+            raise ValueError(f"{self.kind.upper()} is a 4-bit format: set bits to 4.")
+        _check_bits(self.bits)
+
+    def fake_quantize(self, w: torch.Tensor) -> torch.Tensor:
+        """Quantize and dequantize: the fp32 weights a model would compute with."""
+        if self.kind == "absmax":
+            return dequantize(*absmax_quantize(w, self.bits, self.axis, self.group_size))
+        if self.kind == "asymmetric":
+            return dequantize(*asymmetric_quantize(w, self.bits, self.axis, self.group_size))
+        if self.kind == "nf4":
+            return nf4_dequantize(*nf4_quantize(w, self.group_size, self.axis))
+        return q4_1_dequantize(*q4_1_quantize(w))
+
+    def weights_per_scale(self, shape) -> int:
+        shape = torch.Size(shape)
+        if self.kind == "q4_1":
+            return Q4_1_BLOCK
+        if self.group_size is not None:
+            return self.group_size
+        if self.axis is None:
+            return shape.numel()
+        return shape[self.axis]
+
+    def bits_per_weight(self, shape) -> float:
+        zero = {"asymmetric": self.bits, "q4_1": 16}.get(self.kind, 0)
+        return bits_per_weight(self.bits, self.weights_per_scale(shape), self.scale_bits, zero)
+
+
+def chapter_schemes() -> list[Scheme]:
+    """The rows of the chapter's error table, plus the 'third row' (uniform int4 at NF4's block size)."""
+    return [
+        Scheme("int8 per-tensor", "absmax", 8),
+        Scheme("int8 per-row", "absmax", 8, axis=-1),
+        Scheme("int4 per-tensor", "absmax", 4),
+        Scheme("int4 per-row", "absmax", 4, axis=-1),
+        Scheme("int4 group-128", "absmax", 4, group_size=128),
+        Scheme("int4 group-64", "absmax", 4, group_size=64),
+        Scheme("NF4 block-64", "nf4", 4, group_size=64),
+    ]
+
+
+PROJECTIONS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+               "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
+
+
+def projection_weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """Every attention and MLP projection matrix, by parameter name, in layer order (no copies)."""
+    out = {}
+    for name, p in model.named_parameters():
+        if name.endswith(".weight") and any(f".{proj}." in name for proj in PROJECTIONS):
+            out[name] = p.detach()
+    if not out:
+        raise ValueError("Found no q/k/v/o/gate/up/down projection weights: is this a Llama-style model?")
+    return out
+
+
+def relative_errors(weights: dict[str, torch.Tensor], scheme: Scheme) -> torch.Tensor:
+    """The relative error of ``scheme`` on every matrix of ``weights`` (a tensor, in the dict's order)."""
+    errs = []
+    with torch.no_grad():
+        for w in weights.values():
+            errs.append(relative_error(w, scheme.fake_quantize(w)))
+    return torch.tensor(errs, dtype=torch.float64)
+
+
+def outlier_stats(w: torch.Tensor, sigmas: float = 6.0) -> dict:
+    """Mean |w|, std, max |w|, max/std and how many weights lie beyond ``sigmas`` standard deviations."""
+    w = _check_weights(w).reshape(-1)
+    std = float(w.std())
+    mx = float(w.abs().max())
+    beyond = int((w.abs() > sigmas * std).sum())
+    # what a normal distribution with this std would put there
+    expected = w.numel() * math.erfc(sigmas / math.sqrt(2))
+    return {"numel": w.numel(), "mean_abs": float(w.abs().mean()), "std": std, "max_abs": mx,
+            "max_over_std": mx / std, "beyond": beyond, "beyond_frac": beyond / w.numel(),
+            "beyond_if_normal": expected}
+
+
+@contextlib.contextmanager
+def quantized_projections(model: torch.nn.Module, scheme: Scheme) -> Iterator[torch.nn.Module]:
+    """Inside the ``with`` block every projection matrix holds its fake-quantized weights; restored on exit."""
+    weights = projection_weights(model)
+    saved = {}
+    try:
+        with torch.no_grad():
+            for name, w in weights.items():
+                saved[name] = w.clone()
+                w.copy_(scheme.fake_quantize(w).to(w.dtype))
+        yield model
+    finally:
+        with torch.no_grad():
+            for name, w in saved.items():
+                weights[name].copy_(w)

@@ -1,0 +1,216 @@
+"""The cache-size formula, held against known values, its own properties, and the real cache of tiny models."""
+from fractions import Fraction
+
+import pytest
+import torch
+from transformers import LlamaConfig
+
+from helpers import cache_size as cs
+from helpers import kv_cache
+
+
+def tiny_config(layers=2, heads=4, kv_heads=2, head_dim=8, hidden=32, mlp=16, vocab=64, **kw):
+    return LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=mlp, num_hidden_layers=layers,
+                       num_attention_heads=heads, num_key_value_heads=kv_heads, head_dim=head_dim,
+                       max_position_embeddings=256, **kw)
+
+
+@pytest.fixture(scope="module")
+def tiny16():
+    return cs.random_model(tiny_config(), dtype=torch.float16)
+
+
+# --------------------------------------------------------------------------- the formula: known values
+
+def test_known_bytes_per_token():
+    assert cs.kv_bytes_per_token(24, 2, 64, 2) == 12_288            # the chapter's model, fp16
+    assert cs.kv_bytes_per_token(24, 14, 64, "fp16") == 86_016      # the same with full MHA
+    assert cs.kv_bytes_per_token(32, 8, 128, torch.float16) == 128 * 1024   # 7B class: 128 KiB
+    assert cs.kv_bytes_per_token(30, 3, 64, "float32") == 46_080    # SmolLM2-135M in fp32
+    assert cs.CHAPTER_MODEL.bytes_per_token("fp16") == 12_288
+    assert cs.SEVEN_B_CLASS.bytes_per_token("bf16") == 131_072
+
+
+def test_chapter_headline_numbers():
+    bpt = cs.CHAPTER_MODEL.bytes_per_token("fp16")
+    assert cs.cache_bytes(bpt, 1, 295) == 3_624_960
+    rows = cs.shape_table(bpt, [(32, 2048), (64, 1024), (128, 512)])
+    assert {r["resident"] for r in rows} == {65_536}
+    assert {r["bytes"] for r in rows} == {768 * 2 ** 20}
+    assert cs.human_bytes(rows[0]["bytes"]) == "768 MiB"
+    # 7B class: 13.0 GiB of fp16 weights; one user's cache passes them between 100k and 128k tokens.
+    w = cs.SEVEN_B_CLASS.weight_bytes("fp16")
+    assert cs.human_bytes(w) == "13.0 GiB"
+    n = cs.context_to_exceed(w, cs.SEVEN_B_CLASS.bytes_per_token("fp16"))
+    assert n == 106_812 and n < 128_000
+
+
+@pytest.mark.parametrize("name,expected", [("fp32", 4), ("float", 4), ("half", 2), ("BF16", 2), ("torch.float16", 2),
+                                           ("fp8", 1), ("int8", 1), (torch.bfloat16, 2), (torch.int8, 1)])
+def test_dtype_aliases(name, expected):
+    assert cs.bytes_per_element(name) == expected
+
+
+def test_human_bytes():
+    assert cs.human_bytes(12_288) == "12 KiB"
+    assert cs.human_bytes(86_016) == "84 KiB"
+    assert cs.human_bytes(3_624_960) == "3.46 MiB"
+    assert cs.human_bytes(512) == "512 B"
+
+
+# --------------------------------------------------------------------------- properties
+
+@pytest.mark.parametrize("q", [1, 6, 9, 14, 32])
+def test_gqa_divides_the_cache_by_the_group_size(q):
+    base = cs.KVArchitecture("m", layers=5, query_heads=q, kv_heads=q, head_dim=16)
+    mha = base.bytes_per_token("fp16")
+    for kv in [d for d in range(1, q + 1) if q % d == 0]:
+        v = base.with_kv_heads(kv)
+        assert Fraction(mha, v.bytes_per_token("fp16")) == Fraction(q, kv) == v.group_size
+    assert set(base.with_kv_heads(1).variants()) <= {"MHA", "MQA"}
+
+
+def test_variants_of_a_gqa_model():
+    v = cs.CHAPTER_MODEL.variants()
+    assert list(v) == ["MHA", "GQA", "MQA"]
+    assert [a.kv_heads for a in v.values()] == [14, 2, 1]
+    assert v["MHA"].bytes_per_token("fp16") == 7 * v["GQA"].bytes_per_token("fp16")
+
+
+def test_cache_depends_only_on_resident_tokens():
+    bpt = 12_288
+    for total in (1, 96, 65_536):
+        sizes = {cs.cache_bytes(bpt, u, total // u) for u in range(1, total + 1) if total % u == 0}
+        assert sizes == {total * bpt}
+
+
+def test_context_to_exceed_is_the_first_context_past_the_limit():
+    for limit, bpt, users in [(14_000_000_000, 131_072, 1), (1000, 10, 3), (999, 333, 1), (0, 7, 2)]:
+        n = cs.context_to_exceed(limit, bpt, users)
+        assert cs.cache_bytes(bpt, users, n) > limit >= cs.cache_bytes(bpt, users, n - 1)
+
+
+def test_calculator_values():
+    c = cs.calculator(24, 14, 2, 64, "fp16", users=3, tokens=100)
+    assert c["bytes_per_token"] == 12_288 and c["total_bytes"] == 3 * 100 * 12_288
+    assert c["mha_bytes"] == 7 * c["total_bytes"] and c["mqa_bytes"] * 2 == c["total_bytes"]
+    assert (c["attention"], c["group_size"]) == ("GQA", 7)
+
+
+# --------------------------------------------------------------------------- bad input: one sentence each
+
+def _one_sentence(e):
+    msg = str(e.value)
+    assert "\n" not in msg and msg.endswith(".") and msg.count(". ") == 0, msg
+
+
+@pytest.mark.parametrize("call", [
+    lambda: cs.kv_bytes_per_token(24, 0, 64, 2),                              # zero heads
+    lambda: cs.KVArchitecture("m", 24, 0, 1, 64),                             # zero query heads
+    lambda: cs.KVArchitecture("m", 24, 14, 4, 64),                            # 4 does not divide 14
+    lambda: cs.KVArchitecture("m", 24, 14, 28, 64),                           # more KV than query heads
+    lambda: cs.cache_bytes(12_288, 1, -5),                                    # negative tokens
+    lambda: cs.cache_bytes(12_288, -1, 5),                                    # negative users
+    lambda: cs.kv_bytes_per_token(24, 2, 64, "fp7"),                          # unknown dtype
+    lambda: cs.kv_bytes_per_token(24, 2, 64, 0),                              # zero bytes
+    lambda: cs.kv_bytes_per_token(24, 2, 64.5, 2),                            # not whole
+    lambda: cs.calculator(24, 14, 3, 64, "fp16", 1, 10),
+])
+def test_bad_input_raises_one_sentence(call):
+    with pytest.raises(ValueError) as e:
+        call()
+    _one_sentence(e)
+
+
+def test_divisibility_message_suggests_divisors():
+    with pytest.raises(ValueError, match=r"1, 2, 7, 14"):
+        cs.KVArchitecture("m", 24, 14, 4, 64)
+
+
+# --------------------------------------------------------------------------- configs
+
+def test_from_config():
+    cfg = cs.chapter_config(intermediate_size=8, vocab_size=16)
+    a = cs.KVArchitecture.from_config(cfg)
+    assert (a.layers, a.query_heads, a.kv_heads, a.head_dim) == (24, 14, 2, 64)
+    assert cs.kv_bytes_per_token_from_config(cfg, "fp16") == 12_288
+    assert cs.kv_bytes_per_token_from_config(tiny_config(dtype="float32")) == 2 * 2 * 2 * 8 * 4
+    with pytest.raises(ValueError):
+        cs.kv_bytes_per_token_from_config(tiny_config())      # no dtype anywhere
+    with pytest.raises(ValueError):
+        cs.chapter_config(kv_heads=3)
+
+
+def test_sliding_window_configs_are_refused():
+    cfg = tiny_config(layer_types=["sliding_attention", "full_attention"], sliding_window=16)
+    with pytest.raises(ValueError):
+        cs.KVArchitecture.from_config(cfg)
+
+
+# --------------------------------------------------------------------------- against the real cache
+
+@pytest.mark.parametrize("users,tokens", [(1, 1), (1, 13), (3, 7), (4, 32)])
+def test_measured_cache_equals_the_formula(tiny16, users, tokens):
+    m = cs.measure_cache(tiny16, users, tokens)
+    bpt = cs.kv_bytes_per_token_from_config(tiny16.config, "fp16")
+    assert m.layer_shape == (users, 2, tokens, 8) and m.dtype == "float16" and m.layers == 2
+    assert m.nbytes == cs.cache_bytes(bpt, users, tokens) == m.storage_bytes
+    assert m.bytes_per_token == bpt
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_measured_cache_follows_the_dtype(dtype):
+    model = cs.random_model(tiny_config(), dtype=dtype)
+    m = cs.measure_cache(model, 2, 5)
+    assert m.dtype == dtype
+    assert m.nbytes == cs.cache_bytes(cs.kv_bytes_per_token(2, 2, 8, dtype), 2, 5)
+
+
+def test_hidden_mlp_vocab_do_not_matter():
+    a = cs.random_model(tiny_config(hidden=32, mlp=16, vocab=64))
+    b = cs.random_model(tiny_config(hidden=48, mlp=80, vocab=300))
+    assert cs.measure_cache(a, 2, 9).nbytes == cs.measure_cache(b, 2, 9).nbytes
+
+
+def test_each_decode_step_adds_exactly_one_token_per_user(tiny16):
+    bpt = cs.kv_bytes_per_token_from_config(tiny16.config, "fp16")
+    ids = torch.randint(0, 64, (3, 5), generator=torch.Generator().manual_seed(1))
+    nxt, cache = kv_cache.prefill(tiny16, ids)
+    before = cs.describe_cache(cache).nbytes
+    nxt, cache = kv_cache.decode_step(tiny16, nxt, cache)
+    after = cs.describe_cache(cache)
+    assert after.nbytes - before == 3 * bpt and after.tokens == 6
+
+
+def test_empty_cache_is_refused():
+    with pytest.raises(ValueError):
+        cs.describe_cache(kv_cache.new_cache())
+
+
+# --------------------------------------------------------------------------- the static calculator
+
+def test_calculator_figure_controls_compose():
+    archs = [cs.CHAPTER_MODEL, cs.SEVEN_B_CLASS]
+    dtypes, users = ["fp32", "fp16", "int8"], [1, 4, 32]
+    fig = cs.calculator_figure(archs, dtypes, users, tokens_range=(128, 4096))
+    lay = fig.layout
+    arch_menu, dtype_menu = lay.updatemenus
+    # every trace belongs to exactly one architecture
+    vis = [b.args[0]["visible"] for b in arch_menu.buttons]
+    assert all(sum(col) == 1 for col in zip(*vis))
+    kinds = [t.name for t in fig.data]
+    for d_btn, d in zip(dtype_menu.buttons, dtypes):
+        assert d_btn.method == "restyle" and list(d_btn.args[0]) == ["y"]
+        for s_step, u in zip(lay.sliders[0].steps, users):
+            assert s_step.method == "restyle" and list(s_step.args[0]) == ["x"]
+            for j, (xs, ys) in enumerate(zip(s_step.args[0]["x"], d_btn.args[0]["y"])):
+                a = archs[[v[j] for v in vis].index(True)]
+                if kinds[j] == "weights":
+                    assert set(ys) == {a.weight_bytes(d) / 2 ** 30}
+                    continue
+                kv = int(kinds[j].split(": ")[1].split()[0])
+                bpt = a.with_kv_heads(kv).bytes_per_token(d)
+                shown = [(x, y) for x, y in zip(xs, ys) if x is not None]
+                assert min(x for x, _ in shown) == pytest.approx(128) and max(x for x, _ in shown) == pytest.approx(4096)
+                for x, y in shown:
+                    assert y * 2 ** 30 == pytest.approx(x * u * bpt, rel=1e-9)
