@@ -1,0 +1,435 @@
+"""Activation outlier features: finding them, and what they do to INT8 matmuls.
+
+A trained transformer's residual stream is not a cloud of similar numbers. A
+handful of its dimensions reach magnitudes hundreds or thousands of times the
+typical one, in every layer and for every input. With one INT8 scale per
+tensor, that handful sets the step size for everything else. This module
+
+* captures the residual stream at every layer (:func:`residual_stream`) and the
+  input of every linear layer (:func:`linear_inputs`);
+* measures it: per-dimension maxima (:func:`dimension_maxima`), the top
+  dimensions (:func:`top_dimensions`), a log2-binned histogram
+  (:func:`log2_histogram`), INT8 levels actually used (:func:`levels_used`,
+  :func:`levels_per_dimension`), the scale left when the top-k dimensions are
+  excluded (:func:`exclude_top_dimensions`);
+* emulates the matmuls people actually run and measures their error:
+  INT8 x INT8 with one scale or vector-wise scales (:func:`int8_matmul`),
+  LLM.int8()'s outlier decomposition (:func:`llm_int8_matmul`), SmoothQuant's
+  scale migration (:func:`smooth_scales`, :func:`smoothquant_matmul`),
+  weight-only INT8 (:func:`weight_only_matmul`);
+* runs whole models that way (:func:`emulated_linears`) or with PyTorch's real
+  INT8 kernel (:func:`quantize_linears_dynamic`), and compares their greedy
+  choices with full precision (:func:`greedy_agreement`).
+
+Products of INT8 codes are accumulated exactly (:func:`integer_matmul`): in
+float32 when no partial sum can reach 2**24 (the usual case, and fast), in
+float64 otherwise.
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import math
+import warnings
+from typing import Callable, Iterable
+
+import torch
+
+from .quantization import absmax_quantize
+
+QMAX = 127  # symmetric INT8: codes -128..127, scale = absmax / 127
+
+# --------------------------------------------------------------------------- capturing
+
+
+def decoder_layers(model) -> torch.nn.ModuleList:
+    """The list of transformer blocks of a Hugging Face decoder (``model.model.layers``)."""
+    inner = getattr(model, "model", None)
+    layers = getattr(inner, "layers", None)
+    if layers is None:
+        raise ValueError("This model has no `model.layers` list of decoder blocks; pass a Llama/Qwen-style "
+                         "decoder from transformers.")
+    return layers
+
+
+def _check_ids(ids: torch.Tensor) -> None:
+    if ids.dim() != 2 or ids.shape[0] != 1 or ids.shape[1] < 1:
+        raise ValueError(f"ids must be one sequence shaped (1, tokens), got shape {tuple(ids.shape)}.")
+
+
+@torch.inference_mode()
+def residual_stream(model, ids: torch.Tensor) -> torch.Tensor:
+    """The residual stream at every layer for one sequence: shape (layers + 1, tokens, hidden).
+
+    Row 0 is the token embeddings; row ``l`` is the output of block ``l`` (1-based), i.e.
+    the stream after ``l`` blocks, *before* the final norm (unlike ``hidden_states[-1]``).
+    """
+    _check_ids(ids)
+    layers = decoder_layers(model)
+    captured: list[torch.Tensor] = []
+
+    def grab_input(module, args, kwargs):
+        x = args[0] if args else kwargs["hidden_states"]
+        captured.append(x.detach()[0].clone())
+
+    def grab_output(module, args, output):
+        h = output[0] if isinstance(output, (tuple, list)) else output
+        captured.append(h.detach()[0].clone())
+
+    hooks = [layers[0].register_forward_pre_hook(grab_input, with_kwargs=True)]
+    hooks += [layer.register_forward_hook(grab_output) for layer in layers]
+    try:
+        model(ids, use_cache=False)
+    finally:
+        for h in hooks:
+            h.remove()
+    return torch.stack(captured)
+
+
+@torch.inference_mode()
+def linear_inputs(model, ids: torch.Tensor, names: Iterable[str] | None = None) -> dict[str, torch.Tensor]:
+    """What every ``nn.Linear`` (or those in ``names``) receives for one sequence: {name: (tokens, in_features)}."""
+    _check_ids(ids)
+    wanted = None if names is None else set(names)
+    captured: dict[str, torch.Tensor] = {}
+    hooks = []
+    for name, mod in model.named_modules():
+        if isinstance(mod, torch.nn.Linear) and (wanted is None or name in wanted):
+            hooks.append(mod.register_forward_hook(
+                lambda m, a, o, name=name: captured.__setitem__(name, a[0].detach()[0].clone())))
+    if wanted is not None and len(hooks) != len(wanted):
+        raise ValueError("Some requested names are not nn.Linear modules of this model; list them with "
+                         "[n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)].")
+    try:
+        model(ids, use_cache=False)
+    finally:
+        for h in hooks:
+            h.remove()
+    return captured
+
+
+@torch.inference_mode()
+def attention_to_first_token(model, ids: torch.Tensor) -> torch.Tensor:
+    """Per block, the mean attention weight that tokens 1.. put on token 0 (averaged over heads): (layers,).
+
+    Runs one forward pass with the eager attention implementation (the only one that returns its
+    weights) and restores the model's own implementation afterwards. Uniform attention would give
+    ``mean(1 / (t + 1))`` over the positions t = 1..n-1.
+    """
+    _check_ids(ids)
+    if ids.shape[1] < 2:
+        raise ValueError("Need at least two tokens to measure attention to the first one.")
+    before = model.config._attn_implementation
+    model.set_attn_implementation("eager")
+    try:
+        att = model(ids, output_attentions=True, use_cache=False).attentions
+    finally:
+        model.set_attn_implementation(before)
+    return torch.stack([a[0, :, 1:, 0].mean() for a in att])
+
+
+# --------------------------------------------------------------------------- measuring
+
+
+def dimension_maxima(h: torch.Tensor) -> torch.Tensor:
+    """Largest |value| each hidden dimension reaches over the tokens: (..., tokens, hidden) -> (..., hidden)."""
+    if h.dim() < 2 or h.shape[-2] == 0:
+        raise ValueError(f"h must be shaped (..., tokens, hidden) with at least one token, got {tuple(h.shape)}.")
+    return h.abs().amax(dim=-2)
+
+
+def top_dimensions(maxima: torch.Tensor, k: int = 3) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``k`` largest per-dimension maxima of each row: returns (values, dimensions), each (..., k)."""
+    if not 1 <= k <= maxima.shape[-1]:
+        raise ValueError(f"k must be between 1 and the hidden size {maxima.shape[-1]}, got {k}.")
+    top = maxima.topk(k, dim=-1)
+    return top.values, top.indices
+
+
+def log2_bin_edges(max_value: float) -> list[float]:
+    """Bin edges 0, 1, 2, 4, ... up to the first power of two above ``max_value`` (at least [0, 1])."""
+    if not math.isfinite(max_value) or max_value < 0:
+        raise ValueError(f"max_value must be a finite non-negative number, got {max_value}.")
+    top = max(0, math.floor(math.log2(max_value)) + 1) if max_value >= 1 else 0
+    return [0.0] + [float(2 ** e) for e in range(0, top + 1)]
+
+
+def log2_histogram(values: torch.Tensor, edges: list[float] | None = None) -> tuple[list[float], list[int]]:
+    """Count values in octave bins [0, 1), [1, 2), [2, 4), ...: returns (edges, counts), len(counts) = len(edges) - 1.
+
+    Every value lands in exactly one bin, so the counts sum to ``values.numel()``.
+    """
+    v = values.detach().flatten().double()
+    if v.numel() == 0:
+        raise ValueError("log2_histogram needs at least one value.")
+    if (v < 0).any() or not torch.isfinite(v).all():
+        raise ValueError("log2_histogram bins magnitudes: pass non-negative finite values (e.g. h.abs()).")
+    if edges is None:
+        edges = log2_bin_edges(float(v.max()))
+    if len(edges) < 2 or v.max() >= edges[-1]:
+        raise ValueError(f"the edges must end above the largest value {float(v.max()):g}.")
+    idx = torch.bucketize(v, torch.tensor(edges[1:], dtype=torch.float64), right=True)
+    counts = torch.bincount(idx, minlength=len(edges) - 1)
+    return list(edges), [int(c) for c in counts]
+
+
+def levels_used(codes: torch.Tensor) -> int:
+    """How many distinct integer levels a quantized tensor actually uses (out of 256 for INT8)."""
+    if codes.numel() == 0:
+        raise ValueError("levels_used needs a non-empty tensor of codes.")
+    return int(torch.unique(codes).numel())
+
+
+def levels_per_dimension(codes: torch.Tensor) -> torch.Tensor:
+    """Distinct levels used by each column (hidden dimension) of codes shaped (tokens, hidden)."""
+    if codes.dim() != 2 or codes.numel() == 0:
+        raise ValueError(f"codes must be a non-empty (tokens, hidden) tensor, got shape {tuple(codes.shape)}.")
+    s, _ = codes.sort(dim=0)
+    return 1 + (s[1:] != s[:-1]).sum(dim=0)
+
+
+def int8_per_tensor(h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """INT8 codes of ``h`` with one absmax scale for the whole tensor: (codes, scale)."""
+    if h.numel() == 0:
+        raise ValueError("Cannot quantize an empty tensor.")
+    return absmax_quantize(h.float(), 8)
+
+
+def exclude_top_dimensions(h: torch.Tensor, k: int) -> dict:
+    """INT8 with one scale after setting the ``k`` largest dimensions aside (kept in high precision).
+
+    Returns {'excluded': dims, 'scale': scale of the rest, 'codes': (tokens, hidden) codes with the
+    excluded columns set to 0}. ``k = 0`` is plain per-tensor INT8.
+    """
+    if h.dim() != 2:
+        raise ValueError(f"h must be (tokens, hidden), got shape {tuple(h.shape)}.")
+    if not 0 <= k < h.shape[1]:
+        raise ValueError(f"k must be between 0 and {h.shape[1] - 1} (hidden size minus one), got {k}.")
+    maxima = dimension_maxima(h)
+    excluded = maxima.topk(k).indices if k else torch.empty(0, dtype=torch.long)
+    keep = torch.ones(h.shape[1], dtype=torch.bool)
+    keep[excluded] = False
+    scale = maxima[keep].max() / QMAX
+    codes = torch.round(h / scale).clamp(-QMAX - 1, QMAX).to(torch.int8)
+    codes[:, ~keep] = 0
+    return {"excluded": excluded, "scale": scale, "codes": codes}
+
+
+# --------------------------------------------------------------------------- INT8 matmuls
+
+
+def relative_error(approx: torch.Tensor, exact: torch.Tensor) -> float:
+    """||approx - exact|| / ||exact|| (Frobenius)."""
+    if approx.shape != exact.shape:
+        raise ValueError(f"shapes differ: {tuple(approx.shape)} vs {tuple(exact.shape)}.")
+    denom = exact.double().norm()
+    if denom == 0:
+        raise ValueError("The exact result is all zeros; a relative error is undefined.")
+    return float((approx.double() - exact.double()).norm() / denom)
+
+
+def token_error(approx: torch.Tensor, exact: torch.Tensor) -> float:
+    """Mean over tokens (rows) of ||approx_t - exact_t|| / ||exact_t||.
+
+    Unlike :func:`relative_error`, one token with a huge output cannot hide the damage done
+    to every other token: each row counts once.
+    """
+    if approx.shape != exact.shape or exact.dim() != 2:
+        raise ValueError(f"need two (tokens, features) tensors of one shape, got {tuple(approx.shape)} and "
+                         f"{tuple(exact.shape)}.")
+    norms = exact.double().norm(dim=1)
+    if (norms == 0).any():
+        raise ValueError("Some rows of the exact result are all zeros; their relative error is undefined.")
+    return float(((approx.double() - exact.double()).norm(dim=1) / norms).mean())
+
+
+def absmax_codes(t: torch.Tensor, per: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Symmetric INT8 codes (as float64) and scales: one scale for the 'tensor', or one per 'row'."""
+    if t.numel() == 0:
+        raise ValueError("Cannot quantize an empty tensor.")
+    t = t.double()
+    if per == "tensor":
+        scale = t.abs().max() / QMAX
+    elif per == "row":
+        scale = t.abs().amax(dim=-1, keepdim=True) / QMAX
+    else:
+        raise ValueError(f"per must be 'tensor' or 'row', got {per!r}.")
+    scale = torch.where(scale > 0, scale, torch.ones_like(scale))  # an all-zero row stays zero
+    return torch.round(t / scale).clamp(-QMAX - 1, QMAX), scale
+
+
+def integer_matmul(qx: torch.Tensor, qw: torch.Tensor) -> torch.Tensor:
+    """Exact ``qx @ qw.T`` of integer-valued code matrices, returned as float64.
+
+    Every partial sum of a row is an integer no larger than ``sum|qx_row| * max|qw|``. When that bound is
+    below 2**24, float32 represents every partial sum exactly, whatever the summation order, so the fast
+    float32 product is exact; otherwise float64 is used (exact up to 2**53).
+    """
+    bound = float(qx.abs().sum(dim=1).max()) * float(qw.abs().max())
+    if bound < 2 ** 24:
+        return (qx.float() @ qw.float().T).double()
+    return qx.double() @ qw.double().T
+
+
+def _check_matmul(x: torch.Tensor, w: torch.Tensor) -> None:
+    if x.dim() != 2 or w.dim() != 2 or x.shape[1] != w.shape[1]:
+        raise ValueError(f"need x (tokens, in) and w (out, in) with the same in; got {tuple(x.shape)} and "
+                         f"{tuple(w.shape)}.")
+
+
+def int8_matmul(x: torch.Tensor, w: torch.Tensor, x_per: str = "tensor", w_per: str = "tensor") -> torch.Tensor:
+    """Emulate an INT8 x INT8 matmul ``x @ w.T``: quantize both, multiply integer codes, rescale once.
+
+    ``x_per``: 'tensor' (one activation scale) or 'token' (one per row of x).
+    ``w_per``: 'tensor' (one weight scale) or 'channel' (one per output row of w).
+    """
+    _check_matmul(x, w)
+    if x_per not in ("tensor", "token") or w_per not in ("tensor", "channel"):
+        raise ValueError("x_per must be 'tensor' or 'token' and w_per 'tensor' or 'channel'.")
+    qx, sx = absmax_codes(x, "tensor" if x_per == "tensor" else "row")
+    qw, sw = absmax_codes(w, "tensor" if w_per == "tensor" else "row")
+    acc = integer_matmul(qx, qw)             # exact integer accumulation
+    return (acc * sx * (sw.T if w_per == "channel" else sw)).float()
+
+
+def weight_only_matmul(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """Weight-only INT8 (per output channel): activations stay in full precision."""
+    _check_matmul(x, w)
+    qw, sw = absmax_codes(w, "row")
+    return x.float() @ (qw * sw).float().T
+
+
+def outlier_dimensions(x: torch.Tensor, threshold: float = 6.0) -> torch.Tensor:
+    """Input dimensions (columns of x) where any token reaches |x| >= threshold (LLM.int8()'s criterion)."""
+    if threshold <= 0:
+        raise ValueError(f"threshold must be positive, got {threshold}.")
+    return (x.abs().amax(dim=0) >= threshold).nonzero().flatten()
+
+
+def llm_int8_matmul(x: torch.Tensor, w: torch.Tensor, threshold: float = 6.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """LLM.int8()-style mixed-precision decomposition of ``x @ w.T``. Returns (result, outlier dimensions).
+
+    Columns of x holding an outlier (|x| >= threshold anywhere) and the matching columns of w are
+    multiplied in full precision; everything else in INT8 with vector-wise scales (one per token of x,
+    one per output channel of w). The two partial products are added.
+    """
+    _check_matmul(x, w)
+    out_dims = outlier_dimensions(x, threshold)
+    regular = torch.ones(x.shape[1], dtype=torch.bool)
+    regular[out_dims] = False
+    y = x[:, out_dims].float() @ w[:, out_dims].float().T
+    if regular.any():
+        y = y + int8_matmul(x[:, regular], w[:, regular], "token", "channel")
+    return y, out_dims
+
+
+def smooth_scales(x_max: torch.Tensor, w: torch.Tensor, alpha: float = 0.5) -> torch.Tensor:
+    """SmoothQuant's per-input-channel factors s_j = max|x_j|^alpha / max|w_:,j|^(1 - alpha).
+
+    Dividing activations by s and multiplying weights by s leaves x @ w.T unchanged and moves
+    difficulty from activations to weights: alpha = 1 flattens every activation channel to
+    maximum 1 (all difficulty in the weights), alpha = 0 flattens the weight columns instead.
+    """
+    if not 0.0 <= alpha <= 1.0:
+        raise ValueError(f"alpha must be between 0 and 1, got {alpha}.")
+    if x_max.dim() != 1 or x_max.shape[0] != w.shape[1]:
+        raise ValueError(f"x_max must hold one maximum per input channel ({w.shape[1]}), got {tuple(x_max.shape)}.")
+    w_max = w.abs().amax(dim=0)
+    s = x_max.double().clamp_min(1e-5) ** alpha / w_max.double().clamp_min(1e-5) ** (1 - alpha)
+    return s.clamp_min(1e-5)
+
+
+def smoothquant_matmul(x: torch.Tensor, w: torch.Tensor, alpha: float = 0.5, x_max: torch.Tensor | None = None,
+                       x_per: str = "tensor", w_per: str = "tensor") -> torch.Tensor:
+    """SmoothQuant-style W8A8: migrate scale with :func:`smooth_scales`, then :func:`int8_matmul`.
+
+    ``x_max`` are the per-channel activation maxima from calibration data (default: this x itself).
+    """
+    _check_matmul(x, w)
+    s = smooth_scales(dimension_maxima(x) if x_max is None else x_max, w, alpha)
+    return int8_matmul(x.double() / s, w.double() * s, x_per, w_per)
+
+
+MATMULS: dict[str, Callable[..., torch.Tensor]] = {
+    "INT8 x INT8, one scale each": lambda x, w, **kw: int8_matmul(x, w, "tensor", "tensor"),
+    "INT8 x INT8, per token x per channel": lambda x, w, **kw: int8_matmul(x, w, "token", "channel"),
+    "LLM.int8() decomposition": lambda x, w, threshold=6.0, **kw: llm_int8_matmul(x, w, threshold)[0],
+    "SmoothQuant + one scale each": lambda x, w, alpha=0.5, x_max=None, **kw: smoothquant_matmul(
+        x, w, alpha, x_max),
+    "weight-only INT8": lambda x, w, **kw: weight_only_matmul(x, w),
+}
+"""The schemes compared in the notebook, by name: fn(x, w, **options) -> approximate x @ w.T."""
+
+
+# --------------------------------------------------------------------------- whole models
+
+
+@contextlib.contextmanager
+def emulated_linears(model, scheme: str, names: Iterable[str] | None = None,
+                     x_max: dict[str, torch.Tensor] | None = None, **options):
+    """Inside the block, every ``nn.Linear`` (or those in ``names``) computes with ``MATMULS[scheme]``.
+
+    ``x_max`` maps linear names to calibration maxima (SmoothQuant); ``options`` go to the scheme.
+    """
+    if scheme not in MATMULS:
+        raise ValueError(f"scheme must be one of {list(MATMULS)}, got {scheme!r}.")
+    fn = MATMULS[scheme]
+    wanted = None if names is None else set(names)
+
+    def hook(name):
+        def replace(module, args, output):
+            x = args[0]
+            flat = x.reshape(-1, x.shape[-1])
+            extra = {"x_max": x_max[name]} if x_max is not None and name in x_max else {}
+            y = fn(flat, module.weight.detach(), **options, **extra)
+            if module.bias is not None:
+                y = y + module.bias.detach()
+            return y.reshape(*x.shape[:-1], -1).to(output.dtype)
+        return replace
+
+    hooks = [m.register_forward_hook(hook(n)) for n, m in model.named_modules()
+             if isinstance(m, torch.nn.Linear) and (wanted is None or n in wanted)]
+    try:
+        yield len(hooks)
+    finally:
+        for h in hooks:
+            h.remove()
+
+
+def quantize_linears_dynamic(model, names: Iterable[str], inplace: bool = False):
+    """PyTorch's real INT8 kernel on the named ``nn.Linear`` layers (``torch.ao`` dynamic quantization).
+
+    Weights: INT8, one symmetric scale per tensor. Activations: quantized on the fly with one
+    (asymmetric, 7-bit on x86) scale per tensor per call. Returns the model (a copy unless ``inplace``).
+    """
+    names = set(names)
+    linear = {n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
+    if not names <= linear:
+        raise ValueError(f"{len(names - linear)} names are not nn.Linear modules of this model (already "
+                         "quantized, or misspelt); pass names from model.named_modules().")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch.ao.quantization announces its move to torchao
+        from torch.ao.quantization import default_dynamic_qconfig, quantize_dynamic
+        target = model if inplace else copy.deepcopy(model)
+        return quantize_dynamic(target, {n: default_dynamic_qconfig for n in names}, dtype=torch.qint8,
+                                inplace=True)
+
+
+@torch.inference_mode()
+def greedy_choices(model, prompt_ids: torch.Tensor, continuation: torch.Tensor) -> torch.Tensor:
+    """The token ``model`` would pick greedily at each position of ``continuation`` given the true prefix.
+
+    One forward pass over prompt + continuation (teacher forcing); returns (n,) token ids.
+    """
+    _check_ids(prompt_ids)
+    if continuation.dim() != 2 or continuation.shape[0] != 1 or continuation.shape[1] < 1:
+        raise ValueError(f"continuation must be shaped (1, n) with n >= 1, got {tuple(continuation.shape)}.")
+    seq = torch.cat([prompt_ids, continuation], dim=1)
+    logits = model(seq, use_cache=False).logits[0]
+    p = prompt_ids.shape[1]
+    return logits[p - 1:-1].argmax(dim=-1)
+
+
+def greedy_agreement(model, prompt_ids: torch.Tensor, reference: torch.Tensor) -> float:
+    """Fraction of positions where ``model`` picks the reference's next token given the same prefix."""
+    return float((greedy_choices(model, prompt_ids, reference) == reference[0]).double().mean())
