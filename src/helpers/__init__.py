@@ -5,6 +5,12 @@ One module per idea of the chapter:
 * :mod:`helpers.model`      loading the embedded (or any other) model
 * :mod:`helpers.kv_cache`   naive vs cached decoding, the cache adapter
 * :mod:`helpers.attention`  one attention head both ways, counting MACs
+* :mod:`helpers.phases`     prefill vs decode, memory bandwidth and the roofline, TTFT and streaming
+* :mod:`helpers.cache_size` bytes per token of KV cache, MHA/GQA/MQA, the cache calculator
+* :mod:`helpers.batching`   batch-size sweeps, static vs continuous batching (simulated and real)
+* :mod:`helpers.paged`      paged KV memory: block tables, fragmentation, prefix sharing
+* :mod:`helpers.quantization` absmax / zero-point / NF4 / Q4_1 weight quantization, error and bits accounting
+* :mod:`helpers.outliers`   residual-stream outlier features and the INT8 schemes that cope with them
 * :mod:`helpers.measure`    timing with warm-up and medians, peak memory, progress bars
 * :mod:`helpers.plotting`   the figure style, the static (kernel-free) slider figure
 * :mod:`helpers.controls`   live ipywidgets controls, prose from measured values
