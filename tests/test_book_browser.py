@@ -70,7 +70,7 @@ def test_figures_draw_without_errors(server, browser, path):
     n = page.locator("div.mic-plotly").count()
     assert n > 0, f"{path} has no figures"
     drawn_js = """() => Array.from(document.querySelectorAll('div.mic-plotly')).map(
-        d => d.querySelectorAll('svg.main-svg g.trace').length)"""
+        d => d.querySelectorAll('svg.main-svg g.trace, svg.main-svg g.hm, svg.main-svg image').length)"""
     try:
         page.wait_for_function(f"() => ({drawn_js})().every(k => k > 0)", timeout=60_000)
     except Exception:
@@ -80,6 +80,9 @@ def test_figures_draw_without_errors(server, browser, path):
     external = page.evaluate("""() => Array.from(document.querySelectorAll('script[src], link[href]'))
         .map(e => e.src || e.href).filter(u => u && !u.startsWith(location.origin))""")
     assert not external, f"the page asks the internet for {external}"
+    # maths is typeset by the site's own MathJax
+    if page.locator("span.math, div.math").count():
+        page.wait_for_function("() => document.querySelectorAll('mjx-container').length > 0", timeout=60_000)
     # plotly.js came from the site itself, once
     scripts = page.evaluate("() => Array.from(document.scripts).map(s => s.src).filter(s => s.includes('plotly'))")
     assert len(scripts) == 1 and scripts[0].startswith(server), scripts
@@ -98,7 +101,8 @@ def test_sliders_change_the_figure(server, browser, path):
         pytest.skip(f"{path} has no slider figures")
     for fig_id in ids:
         state = f"""() => {{ const gd = document.getElementById('{fig_id}');
-            return JSON.stringify([gd.data.map(t => t.visible), gd.layout.title && gd.layout.title.text]); }}"""
+            return JSON.stringify([gd.data.map(t => [t.visible, t.x, t.y, t.z]),
+                                   gd.layout.title && gd.layout.title.text]); }}"""
         before = page.evaluate(state)
         rail = page.locator(f"#{fig_id} .slider-container .slider-rail-rect")
         rail.scroll_into_view_if_needed()

@@ -4,6 +4,9 @@
   helpers.plotting's renderer as a <div> plus a loader that fetches
   ``plotly.min.js`` from the site root (found through the page's
   ``data-content_root``), so the site works offline and pages stay small.
+* Serves MathJax 3 from the site too (the files come from the PyPI package
+  ``django-static-mathjax``): Sphinx's default loads it from a CDN, which leaves
+  every formula as raw TeX offline. ``mathjax_path`` is set here accordingly.
 * Drops sphinx-thebe's scripts: the chapter has no live-kernel launch on the
   static site, and Jupyter Book 1 injects thebe's inline config twice, which
   throws a JavaScript error on every page and asks unpkg.com for thebe.
@@ -19,6 +22,34 @@ def _copy_plotly(app, exception):
     shutil.copyfile(plotly_js_path(), Path(app.outdir) / PLOTLY_JS_NAME)
 
 
+MATHJAX_DIR = "mathjax"
+
+
+def _mathjax_es5() -> Path:
+    import importlib.util
+    spec = importlib.util.find_spec("mathjax")
+    for root in (spec.submodule_search_locations or []) if spec else []:
+        es5 = Path(root) / "static" / "mathjax" / "es5"
+        if (es5 / "tex-mml-chtml.js").is_file():
+            return es5
+    raise RuntimeError("MathJax files are missing: pip install django-static-mathjax==3.2.2.1 (see requirements.txt).")
+
+
+def _use_local_mathjax(app, config):
+    _mathjax_es5()  # fail early, with the fix, if the files are missing
+    config.mathjax_path = f"{MATHJAX_DIR}/tex-mml-chtml.js"   # relative to _static/
+
+
+def _copy_mathjax(app, exception):
+    if exception is not None or app.builder.format != "html":
+        return
+    target = Path(app.outdir) / "_static" / MATHJAX_DIR
+    if target.exists():
+        shutil.rmtree(target)
+    # the speech-rule engine and the 'full' bundles are large and unused
+    shutil.copytree(_mathjax_es5(), target, ignore=shutil.ignore_patterns("sre", "*-full*", "node-main.js"))
+
+
 def _is_thebe(script) -> bool:
     text = f"{getattr(script, 'filename', script)} {getattr(script, 'attributes', {}).get('body', '')}"
     return "thebe" in text.lower()
@@ -30,6 +61,8 @@ def _drop_thebe(app, pagename, templatename, context, doctree):
 
 
 def setup(app):
+    app.connect("config-inited", _use_local_mathjax)
     app.connect("build-finished", _copy_plotly)
+    app.connect("build-finished", _copy_mathjax)
     app.connect("html-page-context", _drop_thebe, priority=900)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
