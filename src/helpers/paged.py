@@ -1,0 +1,330 @@
+"""Paged KV memory: the cache in fixed-size blocks, found through a per-sequence block table.
+
+This is the idea of PagedAttention (vLLM, Kwon et al. 2023), borrowed from an
+operating system's virtual memory:
+
+* the cache lives in a pool of *physical blocks*, each holding ``block_size``
+  tokens (:class:`BlockAllocator` hands them out and takes them back);
+* each sequence has a *block table*: its logical block ``j`` (tokens
+  ``j*block_size`` to ``(j+1)*block_size - 1``) lives in physical block
+  ``table[j]``. A sequence is physically scattered and logically contiguous;
+* a sequence takes a new block only when its last one is full, so at most
+  ``block_size - 1`` slots per sequence are wasted (internal fragmentation),
+  instead of reserving the longest possible context up front;
+* sequences that begin with the same tokens can point at the same blocks
+  (:meth:`PagedKVCache.fork`). Blocks are reference-counted; writing into a
+  shared block first copies it (copy on write).
+
+:func:`paged_attention` attends through a block table block by block, with the
+running (online) softmax a real kernel uses, so no contiguous copy is needed;
+:func:`contiguous_attention` is the reference it must match.
+:func:`replay` runs a whole serving trace through the allocator and reports
+the memory each scheme needs at every step.
+"""
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+from typing import Hashable, Mapping, Sequence
+
+import torch
+
+
+class OutOfBlocks(MemoryError):
+    """The block pool is exhausted."""
+
+
+def _check_block_size(block_size) -> None:
+    if not isinstance(block_size, int) or block_size < 1:
+        raise ValueError(f"block_size must be a whole number of tokens >= 1, got {block_size!r}.")
+
+
+class BlockAllocator:
+    """A pool of ``num_blocks`` physical blocks with reference counts and a first-in, first-out free list."""
+
+    def __init__(self, num_blocks: int, block_size: int):
+        _check_block_size(block_size)
+        if not isinstance(num_blocks, int) or num_blocks < 1:
+            raise ValueError(f"num_blocks must be a whole number >= 1, got {num_blocks!r}.")
+        self.num_blocks, self.block_size = num_blocks, block_size
+        self.free_blocks: deque[int] = deque(range(num_blocks))
+        self.refcount = [0] * num_blocks
+
+    @property
+    def used(self) -> int:
+        return self.num_blocks - len(self.free_blocks)
+
+    def allocate(self) -> int:
+        if not self.free_blocks:
+            raise OutOfBlocks(f"all {self.num_blocks} KV blocks are in use: free a sequence or make the pool bigger.")
+        b = self.free_blocks.popleft()
+        self.refcount[b] = 1
+        return b
+
+    def share(self, block: int) -> None:
+        if self.refcount[block] < 1:
+            raise ValueError(f"block {block} is free; only a block in use can be shared.")
+        self.refcount[block] += 1
+
+    def release(self, block: int) -> None:
+        if self.refcount[block] < 1:
+            raise ValueError(f"block {block} is already free; release each reference once.")
+        self.refcount[block] -= 1
+        if self.refcount[block] == 0:
+            self.free_blocks.append(block)
+
+
+class PagedKVCache:
+    """Block tables over a :class:`BlockAllocator`, optionally with real storage for one layer's K and V.
+
+    With ``kv_heads`` and ``head_dim`` given, the pool holds tensors shaped
+    (num_blocks, block_size, kv_heads, head_dim) and :meth:`append` writes real
+    keys and values; without them it only does the bookkeeping (enough to
+    count memory).
+    """
+
+    def __init__(self, num_blocks: int, block_size: int, kv_heads: int | None = None, head_dim: int | None = None,
+                 dtype: torch.dtype = torch.float32):
+        self.alloc = BlockAllocator(num_blocks, block_size)
+        self.block_size = block_size
+        self.tables: dict[Hashable, list[int]] = {}
+        self.lengths: dict[Hashable, int] = {}
+        self.copies_on_write = 0
+        self.pool_k = self.pool_v = None
+        if kv_heads is not None and head_dim is not None:
+            shape = (num_blocks, block_size, kv_heads, head_dim)
+            self.pool_k = torch.zeros(shape, dtype=dtype)
+            self.pool_v = torch.zeros(shape, dtype=dtype)
+
+    # -- sequences
+    def add_sequence(self, seq: Hashable) -> None:
+        if seq in self.tables:
+            raise ValueError(f"sequence {seq!r} already exists; free it first or use a new id.")
+        self.tables[seq], self.lengths[seq] = [], 0
+
+    def fork(self, parent: Hashable, child: Hashable) -> None:
+        """Start ``child`` as a copy of ``parent`` that shares every block (no data is copied)."""
+        if parent not in self.tables:
+            raise ValueError(f"cannot fork unknown sequence {parent!r}.")
+        self.add_sequence(child)
+        for b in self.tables[parent]:
+            self.alloc.share(b)
+        self.tables[child] = list(self.tables[parent])
+        self.lengths[child] = self.lengths[parent]
+
+    def free(self, seq: Hashable) -> None:
+        if seq not in self.tables:
+            raise ValueError(f"cannot free unknown sequence {seq!r}.")
+        for b in self.tables.pop(seq):
+            self.alloc.release(b)
+        del self.lengths[seq]
+
+    def append(self, seq: Hashable, k: torch.Tensor | None = None, v: torch.Tensor | None = None,
+               n: int | None = None) -> None:
+        """Add tokens to ``seq``: ``k``/``v`` shaped (tokens, kv_heads, head_dim), or just ``n`` tokens of bookkeeping."""
+        if seq not in self.tables:
+            raise ValueError(f"unknown sequence {seq!r}: add_sequence() or fork() it first.")
+        count = k.shape[0] if k is not None else n
+        if count is None or count < 0:
+            raise ValueError("append needs keys and values, or a token count n >= 0.")
+        table, bs = self.tables[seq], self.block_size
+        for t in range(count):
+            pos = self.lengths[seq]
+            j, off = divmod(pos, bs)
+            if j == len(table):
+                table.append(self.alloc.allocate())
+            elif self.alloc.refcount[table[j]] > 1:          # shared: copy on write
+                old, new = table[j], self.alloc.allocate()
+                if self.pool_k is not None:
+                    self.pool_k[new, :off] = self.pool_k[old, :off]
+                    self.pool_v[new, :off] = self.pool_v[old, :off]
+                self.alloc.release(old)
+                table[j] = new
+                self.copies_on_write += 1
+            if k is not None and self.pool_k is not None:
+                self.pool_k[table[j], off] = k[t]
+                self.pool_v[table[j], off] = v[t]
+            self.lengths[seq] = pos + 1
+
+    # -- reading
+    def gather(self, seq: Hashable) -> tuple[torch.Tensor, torch.Tensor]:
+        """The sequence's K and V as contiguous (tokens, kv_heads, head_dim) tensors, read through its table."""
+        if self.pool_k is None:
+            raise ValueError("this cache only keeps books; create it with kv_heads and head_dim to store K and V.")
+        idx = torch.tensor(self.tables[seq], dtype=torch.long)
+        n = self.lengths[seq]
+        k = self.pool_k[idx].flatten(0, 1)[:n]
+        v = self.pool_v[idx].flatten(0, 1)[:n]
+        return k, v
+
+    # -- accounting
+    @property
+    def used_blocks(self) -> int:
+        return self.alloc.used
+
+    def allocated_tokens(self) -> int:
+        """Token slots in blocks that are in use (each shared block counted once)."""
+        return self.alloc.used * self.block_size
+
+    def logical_tokens(self) -> int:
+        """Tokens the sequences hold, as if nothing were shared."""
+        return sum(self.lengths.values())
+
+
+# --------------------------------------------------------------------------- attention through a block table
+
+
+def contiguous_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """One new token's attention over a contiguous cache. q (heads, d); k, v (tokens, kv_heads, d); GQA-aware."""
+    heads, d = q.shape
+    group = heads // k.shape[1]
+    kk = k.repeat_interleave(group, dim=1).transpose(0, 1)        # (heads, tokens, d)
+    vv = v.repeat_interleave(group, dim=1).transpose(0, 1)
+    scores = (kk @ q.unsqueeze(-1)).squeeze(-1) / math.sqrt(d)     # (heads, tokens)
+    return (torch.softmax(scores, dim=-1).unsqueeze(1) @ vv).squeeze(1)
+
+
+def paged_attention(q: torch.Tensor, pool_k: torch.Tensor, pool_v: torch.Tensor, table: Sequence[int],
+                    length: int) -> torch.Tensor:
+    """The same attention, reading K and V block by block through ``table`` with a running softmax.
+
+    For each block: scores against its keys, then rescale what was accumulated
+    so far by exp(old max - new max) and add this block's share. The n-token
+    row of scores is never stored whole, and no contiguous copy of the cache is made.
+    """
+    heads, d = q.shape
+    block_size, kv_heads = pool_k.shape[1], pool_k.shape[2]
+    if length < 1 or length > len(table) * block_size:
+        raise ValueError(f"length must be between 1 and {len(table) * block_size} tokens for this table, got {length}.")
+    group = heads // kv_heads
+    m = torch.full((heads,), float("-inf"), dtype=q.dtype)
+    denom = torch.zeros(heads, dtype=q.dtype)
+    acc = torch.zeros(heads, d, dtype=q.dtype)
+    for j, b in enumerate(table):
+        valid = min(block_size, length - j * block_size)
+        if valid <= 0:
+            break
+        kb = pool_k[b, :valid].repeat_interleave(group, dim=1).transpose(0, 1)   # (heads, valid, d)
+        vb = pool_v[b, :valid].repeat_interleave(group, dim=1).transpose(0, 1)
+        s = (kb @ q.unsqueeze(-1)).squeeze(-1) / math.sqrt(d)                    # (heads, valid)
+        m_new = torch.maximum(m, s.max(-1).values)
+        rescale = torch.exp(m - m_new)
+        p = torch.exp(s - m_new.unsqueeze(-1))
+        denom = denom * rescale + p.sum(-1)
+        acc = acc * rescale.unsqueeze(-1) + (p.unsqueeze(1) @ vb).squeeze(1)
+        m = m_new
+    return acc / denom.unsqueeze(-1)
+
+
+# --------------------------------------------------------------------------- memory over a serving trace
+
+
+def kv_bytes_per_token(config, bytes_per_element: int = 4) -> int:
+    """2 (K and V) x layers x KV heads x head dim x bytes per element."""
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    kv_heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+    return 2 * config.num_hidden_layers * kv_heads * head_dim * bytes_per_element
+
+
+def reserved_tokens(slots: int, max_context: int) -> int:
+    """Token slots a server reserves when every slot gets room for the longest possible context."""
+    if slots < 1 or max_context < 1:
+        raise ValueError(f"slots and max_context must be >= 1, got {slots} and {max_context}.")
+    return slots * max_context
+
+
+def blocks_needed(tokens: int, block_size: int) -> int:
+    _check_block_size(block_size)
+    return -(-tokens // block_size)
+
+
+@dataclass
+class Replay:
+    """Memory at every step of a trace, in tokens' worth of cache slots."""
+    block_size: int
+    shared_prefix: int
+    stored: list[int]       # tokens the sequences hold (shared prefix counted once when shared)
+    logical: list[int]      # tokens the sequences hold, nothing shared
+    paged: list[int]        # token slots in blocks in use
+    used_blocks: list[int]
+    copies_on_write: int
+    block_owner: list[list[int | None]]   # per step, owner request of every physical block (None = free)
+    num_blocks: int
+
+    @property
+    def internal_fragmentation(self) -> list[float]:
+        """Share of allocated slots holding nothing: the unfilled tail of each sequence's last block."""
+        return [1 - s / p if p else 0.0 for s, p in zip(self.stored, self.paged)]
+
+
+PREFIX = "prefix"
+
+
+def replay(trace: Sequence[Mapping[int, int]], block_size: int, shared_prefix: int = 0,
+           num_blocks: int | None = None) -> Replay:
+    """Run a serving trace through a paged cache.
+
+    ``trace[t]`` maps each request holding cache after step ``t`` to the
+    tokens it holds (prompt and generated). A request that appears is
+    admitted, one that grows appends, one that disappears is freed. With
+    ``shared_prefix = p > 0``, the first ``p`` tokens of every request are one
+    stored prefix: each request forks from it, sharing its blocks, and the
+    first write into a shared, half-filled block copies it (copy on write).
+    """
+    _check_block_size(block_size)
+    if len(trace) == 0:
+        raise ValueError("the trace is empty: give at least one step.")
+    if shared_prefix < 0:
+        raise ValueError(f"shared_prefix must be >= 0 tokens, got {shared_prefix}.")
+    if num_blocks is None:   # enough for the worst step without sharing, plus copies
+        num_blocks = max(sum(blocks_needed(n, block_size) + 1 for n in step.values()) for step in trace) + \
+            blocks_needed(shared_prefix, block_size) + 1
+    cache = PagedKVCache(num_blocks, block_size)
+    if shared_prefix:
+        cache.add_sequence(PREFIX)
+        cache.append(PREFIX, n=shared_prefix)
+    out = Replay(block_size, shared_prefix, [], [], [], [], 0, [], num_blocks)
+    owners: dict[int, int | str] = {}
+    for step in trace:
+        for r in [r for r in cache.tables if r != PREFIX and r not in step]:
+            cache.free(r)
+        for r, n in step.items():
+            if r not in cache.tables:
+                if shared_prefix:
+                    if n < shared_prefix:
+                        raise ValueError(f"request {r} holds {n} tokens, fewer than the shared prefix {shared_prefix}.")
+                    cache.fork(PREFIX, r)
+                else:
+                    cache.add_sequence(r)
+            grow = n - cache.lengths[r]
+            if grow < 0:
+                raise ValueError(f"request {r} shrank from {cache.lengths[r]} to {n} tokens; a trace only grows.")
+            cache.append(r, n=grow)
+        logical = sum(step.values())
+        stored = logical - (len(step) - 1) * shared_prefix if (shared_prefix and step) else logical
+        if shared_prefix and not step:
+            stored = shared_prefix
+        out.logical.append(logical)
+        out.stored.append(stored)
+        out.paged.append(cache.allocated_tokens())
+        out.used_blocks.append(cache.used_blocks)
+        owner = [None] * num_blocks
+        for r, table in cache.tables.items():
+            for b in table:
+                owner[b] = -1 if (cache.alloc.refcount[b] > 1 or r == PREFIX) else r
+        out.block_owner.append(owner)
+    out.copies_on_write = cache.copies_on_write
+    return out
+
+
+def common_prefix_length(prompts: Sequence[Sequence[int]]) -> int:
+    """How many leading tokens every prompt shares."""
+    if not prompts:
+        raise ValueError("give at least one prompt.")
+    n = min(len(p) for p in prompts)
+    for i in range(n):
+        t = prompts[0][i]
+        if any(p[i] != t for p in prompts):
+            return i
+    return n

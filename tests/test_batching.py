@@ -1,0 +1,273 @@
+"""Batching: exact outputs under ragged batching, the schedulers' known timelines, the workload, the knee."""
+import statistics
+
+import numpy as np
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from helpers import batching as bt
+from helpers import kv_cache as kc
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)          # a tiny model is all overhead: one thread is fastest, and immune to busy CPUs
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)
+    yield LlamaForCausalLM(cfg).eval()
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def ragged():
+    g = torch.Generator().manual_seed(1)
+    sizes = [7, 1, 15, 3, 11, 2, 19, 5, 9, 4]
+    prompts = [torch.randint(0, 256, (1, p), generator=g) for p in sizes]
+    lengths = [6, 1, 14, 3, 9, 20, 2, 1, 12, 5]
+    return prompts, lengths
+
+
+@pytest.fixture(scope="module")
+def solo(tiny, ragged):
+    return [bt.solo_outputs(tiny, p, n) for p, n in zip(*ragged)]
+
+
+# --------------------------------------------------------------------------- the real scheduler
+
+
+@pytest.mark.parametrize("policy", bt.POLICIES)
+@pytest.mark.parametrize("slots", [1, 4])
+def test_serve_gives_every_request_its_solo_output(tiny, ragged, solo, policy, slots):
+    prompts, lengths = ragged
+    s = bt.serve(tiny, prompts, lengths, slots, policy)
+    for i, n in enumerate(lengths):
+        assert s.outputs[i] == solo[i], f"request {i} differs from its solo run"
+        assert len(s.outputs[i]) == n
+
+
+def test_static_pays_padding_continuous_does_not(tiny, ragged, solo):
+    prompts, lengths = ragged
+    st = bt.serve(tiny, prompts, lengths, 3, "static")
+    co = bt.serve(tiny, prompts, lengths, 3, "continuous")
+    assert all(st.outputs[i] == co.outputs[i] == solo[i] for i in range(len(lengths)))
+    groups = [lengths[i:i + 3] for i in range(0, len(lengths), 3)]
+    # the first token of every request comes from its prefill, the rest from batched steps
+    assert st.steps == sum(max(g) - 1 for g in groups)
+    assert st.padded_steps == sum(max(g) - n for g in groups for n in g)
+    assert co.padded_steps == 0
+    assert co.steps < st.steps
+    # static answers a whole group at once; continuous answers each request when it is done
+    for g in range(0, len(lengths), 3):
+        assert len({st.release[i] for i in range(g, min(g + 3, len(lengths)))}) == 1
+    assert co.release == co.finish
+
+
+def test_side_by_side_gives_the_same_schedules_as_separate_runs(tiny, ragged, solo):
+    prompts, lengths = ragged
+    both = bt.serve_side_by_side(tiny, prompts, lengths, 3)
+    for policy, s in both.items():
+        alone = bt.serve(tiny, prompts, lengths, 3, policy)
+        assert s.outputs == alone.outputs and s.steps == alone.steps and s.slot == alone.slot
+        assert all(s.outputs[i] == solo[i] for i in range(len(lengths)))
+        assert 0 < s.makespan and all(0 <= a <= f <= r <= s.makespan for a, f, r in zip(s.admit, s.finish, s.release))
+
+
+def test_work_clock_stops_while_waiting():
+    ticks = iter([0.0, 1.0, 5.0, 6.5, 7.0])
+    c = bt.WorkClock(lambda: next(ticks))
+    c.start()      # 0
+    c.stop()       # 1: one second of work
+    c.start()      # 5: four seconds waiting, not counted
+    assert c() == pytest.approx(1.0 + 1.5)   # 6.5
+    c.stop()       # 7
+    assert c.spent == pytest.approx(3.0)
+
+
+def _two_rows(tiny, p1, p2):
+    b = bt.SlotBatch(tiny)
+    first = [b.add(p1), b.add(p2)]
+    return b, first
+
+
+def test_slot_batch_rows_match_solo_and_broken_masks_or_positions_do_not(tiny):
+    g = torch.Generator().manual_seed(5)
+    p1, p2 = torch.randint(0, 256, (1, 3), generator=g), torch.randint(0, 256, (1, 12), generator=g)
+    solo = [bt.solo_outputs(tiny, p, 8) for p in (p1, p2)]
+    # the short row's logits after one batched step, against its own next step alone
+    nxt, cache = kc.prefill(tiny, p1)
+    with torch.inference_mode():
+        solo_logits, _ = kc.forward(tiny, nxt, cache=cache)
+
+    def run(break_with=None):
+        b, first = _two_rows(tiny, p1, p2)
+        outs = [[first[0]], [first[1]]]
+        logits = None
+        for _ in range(7):
+            if break_with == "mask":
+                b.mask = torch.ones_like(b.mask)               # let the short row attend to its padding
+            if break_with == "positions":
+                b.length = torch.full_like(b.length, b.width)  # the padded column instead of the true position
+            nxt = b.step()
+            logits = b.last_logits[0] if logits is None else logits
+            outs[0].append(int(nxt[0]))
+            outs[1].append(int(nxt[1]))
+        return outs, (logits - solo_logits[0, -1]).abs().max().item()
+
+    outs, err = run()
+    assert outs == solo and err < 1e-5
+    for broken in ("mask", "positions"):
+        _, err = run(broken)
+        assert err > 1e-3, f"a wrong {broken} should change the short row's logits"
+
+
+def test_slot_batch_keep_trims_shared_padding(tiny):
+    g = torch.Generator().manual_seed(2)
+    b, _ = _two_rows(tiny, torch.randint(0, 256, (1, 4), generator=g), torch.randint(0, 256, (1, 10), generator=g))
+    assert b.width == 10 and b.real_tokens() == 14
+    b.keep([0])                          # drop the long row: 6 columns were padding for the short one
+    assert b.width == 4 and b.rows == 1
+    assert b.nbytes() == 2 * 2 * (1 * 2 * 4 * 16) * 4   # layers x (K,V) x (rows*kv_heads*tokens*head_dim) x fp32
+
+
+def test_cache_round_trip(tiny):
+    _, cache = kc.prefill(tiny, torch.arange(9)[None])
+    kv = bt.cache_to_kv(cache)
+    again = bt.cache_to_kv(bt.cache_from_kv(tiny, kv))
+    assert all(torch.equal(a, c) and torch.equal(b, d) for (a, b), (c, d) in zip(kv, again))
+
+
+def test_serve_rejects_bad_input(tiny, ragged):
+    prompts, lengths = ragged
+    with pytest.raises(ValueError, match="slots"):
+        bt.serve(tiny, prompts, lengths, 0, "continuous")
+    with pytest.raises(ValueError, match="empty"):
+        bt.serve(tiny, [], [], 2, "static")
+    with pytest.raises(ValueError, match="policy"):
+        bt.serve(tiny, prompts, lengths, 2, "greedy")
+    with pytest.raises(ValueError, match="one output length per prompt"):
+        bt.serve(tiny, prompts, lengths[:-1], 2, "static")
+
+
+# --------------------------------------------------------------------------- the paper model
+
+
+def test_simulate_known_timelines():
+    unit = lambda n: 1.0   # noqa: E731
+    st = bt.simulate([5, 1, 1, 1], 2, "static", unit)
+    assert st.makespan == 6 and st.steps == 6 and st.release == [5, 5, 6, 6] and st.padded_steps == 4
+    co = bt.simulate([5, 1, 1, 1], 2, "continuous", unit)
+    assert co.makespan == 5 and co.steps == 5
+    assert co.release == [5, 1, 2, 3] and co.admit == [0, 0, 1, 2] and co.slot == [0, 1, 1, 1]
+    r = bt.compare(st, co)
+    assert r["throughput_x"] == pytest.approx(6 / 5)
+    assert r["mean_latency_x"] == pytest.approx(statistics.fmean([5, 5, 6, 6]) / statistics.fmean([5, 1, 2, 3]))
+
+
+def test_simulate_step_cost_depends_on_batch():
+    cost = lambda n: 1.0 + n   # noqa: E731
+    st = bt.simulate([2, 2, 2], 2, "static", cost)            # [2,2] at cost 3, then [2] at cost 2
+    assert st.makespan == 2 * 3 + 2 * 2
+    co = bt.simulate([1, 3], 2, "continuous", cost)           # 1 step with 2 active, 2 steps with 1
+    assert co.makespan == 3 + 2 * 2
+
+
+def test_static_without_padding_cost_still_holds_the_slots():
+    cost = lambda n: float(n)   # noqa: E731
+    padded = bt.simulate([3, 1, 2], 2, "static", cost)
+    lean = bt.simulate([3, 1, 2], 2, "static", cost, padding_costs=False)
+    assert padded.makespan == 3 * 2 + 2 * 1 and lean.makespan == 2 + 1 + 1 + 2 * 1
+    assert lean.release[:2] == [4.0, 4.0] and lean.finish[:2] == [4.0, 2.0]   # answered together all the same
+
+
+def test_simulate_with_arrivals_waits_for_requests():
+    unit = lambda n: 1.0   # noqa: E731
+    co = bt.simulate([2, 2], 4, "continuous", unit, arrivals=[0.0, 10.0])
+    assert co.admit == [0.0, 10.0] and co.release == [2.0, 12.0] and co.latency == [2.0, 2.0]
+    st = bt.simulate([2, 2], 4, "static", unit, arrivals=[0.0, 1.0])   # the engine is busy until 2
+    assert st.release == [2.0, 4.0] and st.latency == [2.0, 3.0]
+
+
+def test_simulate_rejects_bad_input():
+    unit = lambda n: 1.0   # noqa: E731
+    with pytest.raises(ValueError, match="slots"):
+        bt.simulate([3, 4], 0, "static", unit)
+    with pytest.raises(ValueError, match="empty"):
+        bt.simulate([], 8, "continuous", unit)
+    with pytest.raises(ValueError, match="arrival"):
+        bt.simulate([3, 4], 2, "continuous", unit, arrivals=[1.0, 0.5])
+
+
+# --------------------------------------------------------------------------- the workload
+
+
+def test_chapter_lengths_match_the_chapter():
+    lengths = bt.chapter_lengths()
+    assert len(lengths) == 64 and statistics.median(lengths) == 18
+    assert max(lengths) == 231 and sum(lengths) == 1874
+
+
+def test_seed_shuffles_order_only_and_skew_zero_is_flat():
+    a, b = bt.chapter_lengths(seed=0), bt.chapter_lengths(seed=1)
+    assert a != b and sorted(a) == sorted(b)
+    assert set(bt.chapter_lengths(skew=0.0)) == {18}
+    lo, hi = bt.chapter_lengths(skew=0.5), bt.chapter_lengths(skew=1.5)
+    assert max(lo) < 231 < max(hi) and statistics.median(lo) == statistics.median(hi) == 18
+
+
+def test_round_keeping_total():
+    vals = [0.4, 0.4, 0.4, 1.9, 2.9]
+    ints = bt._round_keeping_total(vals)
+    assert sum(ints) == round(sum(vals)) == 6 and all(abs(i - v) < 1 for i, v in zip(ints, vals))
+
+
+def test_percentile_matches_numpy():
+    xs = [3.0, 1.0, 7.0, 2.5, 9.0, 4.0, 4.0]
+    for q in (0, 50, 90, 95, 100):
+        assert bt.percentile(xs, q) == pytest.approx(np.percentile(xs, q))
+
+
+# --------------------------------------------------------------------------- the sweep and the knee
+
+
+def test_knee_known_values():
+    # the chapter's table: latency x2.67 at 16, nearly doubling again at 32
+    assert bt.find_knee([1, 16, 32], [1.0, 2.67, 5.3], factor=3.0) == 16
+    assert bt.find_knee([1, 16, 32], [1.0, 2.67, 5.3]) == 1
+    # step = a + b*B with a = 20 b: the step doubles (a + bB = 2(a + b)) at B = 21, so 16 is the knee
+    batches = [1, 2, 4, 8, 16, 32, 64]
+    assert bt.find_knee(batches, [20 + b for b in batches]) == 16
+    assert bt.find_knee(batches, [20 + b for b in batches], factor=3.5) == 32
+    # flat steps never reach the knee inside the sweep
+    assert bt.find_knee(batches, [1.0] * 7) == 64
+    # one noisy point moves it by at most one size
+    noisy = [20 + b for b in batches]
+    noisy[3] *= 1.6
+    assert bt.find_knee(batches, noisy) == 4
+    with pytest.raises(ValueError):
+        bt.find_knee([1, 2], [1.0, 2.0], factor=1.0)
+
+
+def test_per_doubling_gain():
+    assert bt.per_doubling_gain(1, 1.0, 16, 6.0) == pytest.approx(6.0 ** 0.25)
+    assert bt.per_doubling_gain(16, 6.0, 32, 6.54) == pytest.approx(1.09)
+
+
+def test_step_cost_interpolates():
+    cost = bt.step_cost_from_sweep([1, 2, 4, 8], [1.0, 1.2, 1.6, 3.2])
+    assert cost(1) == 1.0 and cost(4) == 1.6
+    assert cost(3) == pytest.approx(1.4) and cost(6) == pytest.approx(2.4)
+    assert cost(16) == pytest.approx(3.2 + 8 * 1.6 / 4)       # extrapolates the last segment
+    with pytest.raises(ValueError):
+        cost(0)
+
+
+def test_sweep_shapes_and_bad_input(tiny):
+    pts = bt.decode_step_sweep(tiny, [1, 3], context=5, repeats=2, warmup=0)
+    assert [p.batch for p in pts] == [1, 3]
+    assert all(p.tokens_per_second == pytest.approx(p.batch / p.step_seconds) for p in pts)
+    assert all(p.step_seconds <= p.median_seconds for p in pts)
+    with pytest.raises(ValueError):
+        bt.decode_step_sweep(tiny, [0, 2])
