@@ -124,10 +124,10 @@ def find_knee(batches: Sequence[int], step_seconds: Sequence[float], factor: flo
     each row). While the fixed part dominates, extra requests ride along almost
     free; the knee is where the growing part has caught up with it, so the step
     takes twice as long as for one request (``factor=2``). Past it, latency grows
-    nearly in proportion to the batch and throughput stops improving. Each
-    point is compared with batch 1 only, so one noisy measurement moves the knee
-    by at most one batch size. Returns the largest batch if the sweep never
-    reaches the knee.
+    with the batch and each doubling buys less throughput. Each point is
+    compared with batch 1 only, so one noisy point (other than batch 1) moves
+    the knee by at most one batch size. Returns the largest batch if the sweep
+    never reaches the knee.
     """
     b = [int(x) for x in batches]
     s = [float(x) for x in step_seconds]
@@ -153,13 +153,12 @@ def step_cost_from_sweep(batches: Sequence[int], step_seconds: Sequence[float]) 
     def cost(n: int) -> float:
         if n < 1:
             raise ValueError(f"a step needs at least one active request, got {n}.")
+        if n <= b[0]:
+            return s[0]            # nothing measured below the first batch size: a step costs at least that
         i = 0
         while i < len(b) - 2 and n > b[i + 1]:
             i += 1
-        lo, hi = b[i], b[i + 1]
-        if n < lo:  # below the first point: scale down from it, never below zero
-            return s[0] * max(n / lo, 0.0) if lo > 1 else s[0]
-        return s[i] + (s[i + 1] - s[i]) * (n - lo) / (hi - lo)
+        return s[i] + (s[i + 1] - s[i]) * (n - b[i]) / (b[i + 1] - b[i])
 
     return cost
 
