@@ -53,16 +53,9 @@ class SweepPoint:
         return self.batch / self.step_seconds
 
 
-def cache_from_kv(model, kv: Sequence[tuple[torch.Tensor, torch.Tensor]]):
-    """A fresh cache holding the given per-layer (K, V) tensors, each (batch, kv_heads, tokens, head_dim)."""
-    cache = kc.new_cache(model)
-    for i, (k, v) in enumerate(kv):
-        cache.update(k, v, i)
-    return cache
-
-
-def cache_to_kv(cache) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    return [kc.layer_kv(cache, i) for i in range(kc.num_cache_layers(cache))]
+# The cache API stays in the kv_cache adapter; these names are kept for the notebook and tests.
+cache_from_kv = kc.cache_from_kv
+cache_to_kv = kc.cache_to_kv
 
 
 @torch.inference_mode()

@@ -65,6 +65,19 @@ def cache_nbytes(cache) -> int:
     return total
 
 
+def cache_from_kv(model, kv) -> object:
+    """A fresh cache holding the given per-layer (K, V) tensors, each (batch, kv_heads, tokens, head_dim)."""
+    cache = new_cache(model)
+    for i, (k, v) in enumerate(kv):
+        cache.update(k, v, i)
+    return cache
+
+
+def cache_to_kv(cache) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Every layer's (K, V), in order."""
+    return [layer_kv(cache, i) for i in range(num_cache_layers(cache))]
+
+
 def crop_cache(cache, keep: int) -> None:
     """Keep only the first ``keep`` tokens of every layer (in place)."""
     if keep < 0:
