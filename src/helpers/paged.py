@@ -285,7 +285,6 @@ def replay(trace: Sequence[Mapping[int, int]], block_size: int, shared_prefix: i
         cache.add_sequence(PREFIX)
         cache.append(PREFIX, n=shared_prefix)
     out = Replay(block_size, shared_prefix, [], [], [], [], 0, [], num_blocks)
-    owners: dict[int, int | str] = {}
     for step in trace:
         for r in [r for r in cache.tables if r != PREFIX and r not in step]:
             cache.free(r)
