@@ -11,12 +11,15 @@ One module per idea of the chapter:
 * :mod:`helpers.paged`      paged KV memory: block tables, fragmentation, prefix sharing
 * :mod:`helpers.quantization` absmax / zero-point / NF4 / Q4_1 weight quantization, error and bits accounting
 * :mod:`helpers.outliers`   residual-stream outlier features and the INT8 schemes that cope with them
+* :mod:`helpers.claims`     the chapter's empirical claims: asserted on the default model, reported on others
+* :mod:`helpers.chapter`    the chapter's reference architecture and every number it quotes
 * :mod:`helpers.measure`    timing with warm-up and medians, peak memory, progress bars
 * :mod:`helpers.plotting`   the figure style, the static (kernel-free) slider figure
 * :mod:`helpers.controls`   live ipywidgets controls, prose from measured values
 """
 from . import plotting  # noqa: F401  (registers the template and renderer)
+from .claims import claim
 from .controls import is_static, live, say
 from .model import ModelNotAvailable, load_model
 
-__all__ = ["load_model", "ModelNotAvailable", "live", "say", "is_static", "plotting"]
+__all__ = ["load_model", "ModelNotAvailable", "live", "say", "is_static", "plotting", "claim"]

@@ -42,6 +42,16 @@ def _sync():
         torch.cuda.synchronize()
 
 
+def now() -> float:
+    """A timestamp in seconds, taken after the GPU (if any) has finished its queued work.
+
+    Every timing in the chapter goes through this function or :func:`time_it`: on a GPU,
+    ``time.perf_counter()`` alone would time how fast work is *queued*, not done.
+    """
+    _sync()
+    return time.perf_counter()
+
+
 def time_it(fn: Callable[[], object], repeats: int = 5, warmup: int = 1) -> Timing:
     """Run ``fn`` ``warmup`` times untimed, then ``repeats`` times; report the median wall time."""
     if repeats < 1 or warmup < 0:

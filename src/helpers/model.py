@@ -78,9 +78,19 @@ def embedded_gguf_path() -> Path:
     return path
 
 
+def model_setting(name: str | None = None) -> str:
+    """The model the chapter runs on: ``name``, else ``MIC_MODEL``, else ``embedded``."""
+    return (name or os.environ.get(MODEL_ENV) or "embedded").strip()
+
+
+def is_default_model(name: str | None = None) -> bool:
+    """True when the chapter runs on its default, embedded model (where its claims are asserted)."""
+    return model_setting(name) == "embedded"
+
+
 def resolve_source(name: str | None = None) -> tuple[str, str]:
     """Turn a model setting into (kind, location). Kind is 'gguf', 'folder' or 'hub'."""
-    name = (name or os.environ.get(MODEL_ENV) or "embedded").strip()
+    name = model_setting(name)
     if name == "embedded":
         return "embedded", str(embedded_gguf_path())
     p = Path(os.path.expanduser(name))
@@ -171,8 +181,18 @@ def load_model(name: str | None = None, device: str | torch.device | None = None
     return LoadedModel(model, tok, label, kind, time.perf_counter() - t0, from_cache)
 
 
+def has_chat_template(tokenizer) -> bool:
+    """Whether the tokenizer carries a chat template (base models usually do not)."""
+    return bool(getattr(tokenizer, "chat_template", None))
+
+
 def chat_prompt(tokenizer, text: str, device: torch.device | str = "cpu") -> torch.Tensor:
-    """Token ids (1, P) of ``text`` as a user turn with the generation prompt appended."""
+    """Token ids (1, P) of ``text`` as a user turn with the generation prompt appended.
+
+    A tokenizer without a chat template (a base model) gets the plain text instead.
+    """
+    if not has_chat_template(tokenizer):
+        return encode(tokenizer, text, device)
     enc = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
                                         return_tensors="pt", return_dict=True)
     return enc["input_ids"].to(device)

@@ -1,0 +1,67 @@
+"""The chapter's own reference points: the model it measured and every number it quotes.
+
+The source chapter measured Qwen2.5-0.5B in fp16 on an 8 GB laptop GPU. We
+cannot download that model, but its *architecture* is public, so notebooks and
+tests build random-weight copies of it from :func:`qwen25_config` whenever a
+fact depends only on shapes (cache bytes, MAC counts). Its measured numbers
+are quoted beside ours, never instead of ours. Each value below is the
+chapter's, grouped by the section that quotes it; nothing else in the project
+should type these numbers again.
+"""
+from __future__ import annotations
+
+# --------------------------------------------------------------------------- the chapter's model
+# Qwen2.5-0.5B: 24 layers, 14 query heads sharing 2 KV heads of dim 64, hidden 896, MLP 4864,
+# vocabulary 151,936, tied embedding; 494,032,768 parameters.
+QWEN25 = dict(name="Qwen2.5-0.5B (the chapter's model)", layers=24, query_heads=14, kv_heads=2,
+              head_dim=64, hidden=896, mlp=4864, vocab=151_936, params=494_032_768)
+
+# The chapter's 7B class (sections 3 and 10): 32 layers, 32 query heads sharing 8 KV heads of dim 128.
+SEVEN_B = dict(name="7B-class", layers=32, query_heads=32, kv_heads=8, head_dim=128, params=7_000_000_000)
+
+
+def qwen25_config(intermediate_size: int = QWEN25["mlp"], vocab_size: int = QWEN25["vocab"],
+                  kv_heads: int = QWEN25["kv_heads"], layers: int = QWEN25["layers"]):
+    """A ``Qwen2Config`` with the chapter's geometry (no download). Shrink the MLP or vocabulary for a
+    light random model: neither changes the cache or the attention shapes."""
+    from transformers import Qwen2Config
+    if QWEN25["query_heads"] % kv_heads:
+        raise ValueError(f"kv_heads must divide the {QWEN25['query_heads']} query heads (1, 2, 7 or 14), got {kv_heads}.")
+    return Qwen2Config(vocab_size=vocab_size, hidden_size=QWEN25["hidden"], intermediate_size=intermediate_size,
+                       num_hidden_layers=layers, num_attention_heads=QWEN25["query_heads"],
+                       num_key_value_heads=kv_heads, tie_word_embeddings=True, use_sliding_window=False)
+
+
+# --------------------------------------------------------------------------- quoted numbers, by section
+# 1. Naive vs cached decoding
+S1_SPEEDUP_48_TOKENS = 9.0           # cached vs naive, 48 generated tokens
+S1_SCORE_MATRIX_BYTES = (67_108_864, 16_384)   # n x n vs 1 x n fp32 scores at n = 4,096
+S1_PEAK_MEMORY_RATIO = 8.3           # uncached / cached peak extra memory, 256 tokens
+
+# 2. Prefill vs decode
+S2_PREFILL_TOKENS, S2_PREFILL_SECONDS = 40, 1.0224     # 25.6 ms per prompt token
+S2_DECODE_STEPS, S2_DECODE_STEP_SECONDS = 47, 0.1665   # per step: 6x a prompt token
+
+# 3. How big the cache is
+S3_BYTES_PER_TOKEN = 12_288          # fp16, the chapter's model
+S3_MEASURED_TOKENS, S3_MEASURED_BYTES = 295, 3_624_960
+S3_MHA_BYTES_PER_TOKEN = 86_016
+S3_SEVEN_B_BYTES_PER_TOKEN = 131_072
+
+# 4. Batching
+S4_THROUGHPUT_1_TO_16, S4_LATENCY_1_TO_16 = 6.0, 2.67
+S4_THROUGHPUT_16_TO_32 = 1.09
+S4_REQUESTS, S4_MEDIAN, S4_LONGEST, S4_TOTAL, S4_SLOTS = 64, 18, 231, 1874, 8
+S4_CONTINUOUS_THROUGHPUT, S4_CONTINUOUS_LATENCY = 1.6, 10.0   # "1.6x" and "more than 10x"
+
+# 5. Weight quantization (relative error ||W - W_hat|| / ||W||)
+S5_MATRICES, S5_PARAMS = 168, 357_800_000
+S5_INT4_TENSOR_WORST = 0.99
+S5_INT4_ROW_DIVIDES_BY = 3.4
+S5_GROUP128_ERROR, S5_NF4_ERROR = 0.1323, 0.0952
+
+# 6. Activation outliers
+S6_GIANT_DIM, S6_GIANT_VALUE, S6_MEDIAN_DIM_MAX = 62, 1579.6, 1.6
+S6_INT8_SCALE, S6_INT8_LEVELS = 12.4378, 14
+S6_HISTOGRAM_LAYER16 = {"0-1": 254, "1-2": 283, "2-4": 226, "4-8": 93, "8-16": 18, "16-32": 9,
+                        "32-64": 7, "64-128": 5, "128-1024": 0, "1024-4096": 1}

@@ -1,0 +1,53 @@
+"""The chapter's empirical claims, checked on whatever model the reader loaded.
+
+A claim such as "decode time is flat in the context length" or "one dimension
+of the residual stream dwarfs the rest" is a finding about a trained model,
+not a law. The chapter states it for its default model, so on that model CI
+must fail when it stops holding. A reader who points the chapter at another
+model (``MIC_MODEL``) should instead *learn* which claims carry over. So:
+
+* on the default embedded model, :func:`claim` asserts;
+* on any other model, or with ``MIC_CLAIMS=report``, it shows a verdict,
+  "holds on this model" or "does not hold on this model", with the evidence,
+  and the notebook goes on.
+
+Structural facts (the cache is exact, bytes add up) are not claims: notebooks
+check them with plain ``assert`` on every model.
+"""
+from __future__ import annotations
+
+import os
+
+CLAIMS_ENV = "MIC_CLAIMS"          # "assert" (default on the embedded model) or "report"
+
+
+def strict() -> bool:
+    """True when a failed claim should stop the notebook: the default model and no ``MIC_CLAIMS=report``."""
+    from .model import is_default_model
+    mode = os.environ.get(CLAIMS_ENV, "").strip().lower()
+    if mode not in ("", "assert", "report"):
+        raise ValueError(f"{CLAIMS_ENV} must be 'assert' or 'report', got {mode!r}.")
+    if mode:
+        return mode == "assert"
+    return is_default_model()
+
+
+def verdict(holds: bool, statement: str, evidence: str = "") -> str:
+    """One line of Markdown: the claim, whether it holds here, and the numbers."""
+    mark = "✔ holds on this model" if holds else "✘ does not hold on this model"
+    return f"**Claim:** {statement}. **{mark}**" + (f" ({evidence})." if evidence else ".")
+
+
+def claim(holds, statement: str, evidence: str = "") -> bool:
+    """Check one of the chapter's empirical claims.
+
+    ``holds`` is the comparison (``ratio < 1.3``), ``statement`` the claim in words and ``evidence``
+    the measured numbers. Asserts on the default model; elsewhere shows the verdict and returns it.
+    """
+    holds = bool(holds)
+    if strict():
+        assert holds, f"The chapter's claim failed on the default model: {statement} ({evidence})."
+        return True
+    from .controls import say
+    say(verdict(holds, statement, evidence))
+    return holds
