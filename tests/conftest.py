@@ -1,5 +1,10 @@
+import sys
+from pathlib import Path
+
 import pytest
 import torch
+
+sys.path.insert(0, str(Path(__file__).parent))   # so the fixtures can import tests/second_model.py
 
 
 @pytest.fixture(scope="session")
@@ -10,3 +15,10 @@ def tiny_llama():
     cfg = LlamaConfig(vocab_size=97, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                       num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=256)
     return LlamaForCausalLM(cfg).eval()
+
+
+@pytest.fixture(scope="session")
+def second_model_dir(tmp_path_factory):
+    """A tiny random Gemma-3-style model folder (no chat template, sliding-window layers, one KV head)."""
+    from second_model import build
+    return build(tmp_path_factory.mktemp("second-model"))

@@ -7,12 +7,19 @@
 * Serves MathJax 3 from the site too (the files come from the PyPI package
   ``django-static-mathjax``): Sphinx's default loads it from a CDN, which leaves
   every formula as raw TeX offline. ``mathjax_path`` is set here accordingly.
+* Builds in static mode: sets ``MIC_STATIC=1`` before any notebook kernel starts, so
+  ``jupyter-book build book`` alone gives the same site as ``make book`` (live ipywidgets
+  controls show nothing, progress bars are plain text on stderr, which the page drops).
 * Drops sphinx-thebe's scripts: the chapter has no live-kernel launch on the
   static site, and Jupyter Book 1 injects thebe's inline config twice, which
   throws a JavaScript error on every page and asks unpkg.com for thebe.
 """
+import os
 import shutil
 from pathlib import Path
+
+# Kernels started by this build inherit the environment of the Sphinx process.
+os.environ["MIC_STATIC"] = "1"
 
 
 def _copy_plotly(app, exception):

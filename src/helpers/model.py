@@ -123,7 +123,8 @@ def _dequantize_gguf_to_cache(gguf: str, target: Path) -> None:
     folder, fname = os.path.dirname(gguf), os.path.basename(gguf)
     try:
         tok = AutoTokenizer.from_pretrained(folder, gguf_file=fname)
-        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=fname, dtype=torch.float32)
+        with _terminal_progress_bars():
+            model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=fname, dtype=torch.float32)
     except ImportError as e:  # gguf or accelerate missing
         raise ModelNotAvailable(f"Reading GGUF files needs `pip install gguf accelerate` ({e}).") from None
     cfg = copy.deepcopy(model.config)
@@ -139,6 +140,26 @@ def _dequantize_gguf_to_cache(gguf: str, target: Path) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
     else:
         os.replace(tmp, target)
+
+
+class _terminal_progress_bars:
+    """Make transformers' GGUF loader draw a text progress bar (on stderr), never a notebook widget.
+
+    The loader imports ``tqdm.auto``, which becomes an ipywidget inside a kernel; during a static book
+    build that widget's state, and the CDN scripts that render it, would be embedded in the page.
+    """
+
+    def __enter__(self):
+        from tqdm.std import tqdm
+        from transformers import modeling_gguf_pytorch_utils as loader
+        self._loader, self._saved = loader, getattr(loader, "tqdm", None)
+        loader.tqdm = tqdm
+        return self
+
+    def __exit__(self, *exc):
+        if self._saved is not None:
+            self._loader.tqdm = self._saved
+        return False
 
 
 def _quiet_transformers():
@@ -211,3 +232,15 @@ def param_count(model: torch.nn.Module) -> int:
 def weight_bytes(model: torch.nn.Module) -> int:
     """Bytes of the distinct parameter tensors as they sit in memory."""
     return sum(p.numel() * p.element_size() for p in {id(p): p for p in model.parameters()}.values())
+
+
+def prepare(name: str | None = None) -> LoadedModel:
+    """Load the model once so its fp32 copy is cached (the install step runs this; no notebook pays for it)."""
+    kind, where = resolve_source(name)
+    if kind in ("embedded", "gguf"):
+        print(f"Preparing {where}: dequantizing to fp32 once (cache: {cache_dir()})...", flush=True)
+    lm = load_model(name, device="cpu")
+    state = "already cached" if lm.from_cache else "dequantized and cached"
+    print(f"{lm.name}: {param_count(lm.model) / 1e6:.1f} M parameters, {state}, loaded in {lm.load_seconds:.1f} s.")
+    return lm
+

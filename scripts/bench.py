@@ -1,0 +1,82 @@
+#!/usr/bin/env python
+"""Execute every notebook once and print a table of its wall time and the kernel's peak memory.
+
+    make bench                      # all notebooks, one after another, as the book build runs them
+    .venv/bin/python scripts/bench.py notebooks/03-cache-size.md [more.md ...]
+
+The budget the chapter holds itself to (issue 8): every notebook <= 90 s on 2 cores, the whole
+chapter <= 8 min. Peak memory is the kernel process's high-water mark of resident memory (VmHWM),
+which includes Python, torch and the model: what a student's laptop must actually hold.
+Executes in static mode (MIC_STATIC=1), exactly as the book build does; pass --live for the
+JupyterLab code path. Runs on a quiet machine give the numbers worth quoting.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BUDGET_NOTEBOOK_S, BUDGET_CHAPTER_S = 90, 8 * 60
+
+
+def kernel_peak_mib(client) -> float:
+    """The kernel process's peak resident memory (VmHWM), in MiB, or nan when it cannot be read."""
+    try:
+        pid = client.km.provisioner.process.pid
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except Exception:
+        pass
+    return float("nan")
+
+
+def run(path: Path, timeout: int) -> tuple[float, float, str]:
+    import jupytext
+    from nbclient import NotebookClient
+
+    nb = jupytext.read(path)
+    client = NotebookClient(nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}})
+    peak, error = float("nan"), ""
+    t0 = time.perf_counter()
+    with client.setup_kernel():
+        try:
+            for i, cell in enumerate(nb.cells):
+                client.execute_cell(cell, i)
+        except Exception as e:        # report and go on to the next notebook
+            error = f"{type(e).__name__}: {str(e).strip().splitlines()[-1][:100] if str(e).strip() else ''}"
+        peak = kernel_peak_mib(client)
+    return time.perf_counter() - t0, peak, error
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("notebooks", nargs="*", type=Path)
+    ap.add_argument("--live", action="store_true", help="execute the live (JupyterLab) code path instead of the static one")
+    ap.add_argument("--timeout", type=int, default=300, help="seconds per cell before giving up (default 300)")
+    args = ap.parse_args()
+    paths = args.notebooks or sorted((ROOT / "notebooks").glob("[0-9]*.md"))
+    os.environ["MIC_STATIC"] = "0" if args.live else "1"
+    print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores; {'live' if args.live else 'static'} mode")
+    rows, total, failed = [], 0.0, False
+    for p in paths:
+        seconds, peak, error = run(p, args.timeout)
+        total += seconds
+        failed |= bool(error)
+        flag = "FAILED " + error if error else ("over budget" if seconds > BUDGET_NOTEBOOK_S else "")
+        rows.append((p.stem, seconds, peak, flag))
+        print(f"  {p.stem:<28} {seconds:7.1f} s {peak:8.0f} MiB  {flag}", flush=True)
+    print(f"\n| notebook | seconds | peak memory (MiB) | note |\n|---|---:|---:|---|")
+    for name, seconds, peak, flag in rows:
+        print(f"| {name} | {seconds:.1f} | {peak:.0f} | {flag} |")
+    over = " (over the 8 min budget)" if total > BUDGET_CHAPTER_S else ""
+    print(f"| **whole chapter** | **{total:.1f}** | {max(r[2] for r in rows):.0f} (largest) | {over} |")
+    print(f"load average after: {os.getloadavg()[0]:.2f}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
