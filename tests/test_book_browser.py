@@ -90,6 +90,73 @@ def test_figures_draw_without_errors(server, browser, path):
     page.close()
 
 
+# Every visible text element of every figure, with its box, in page pixels.
+FIGURE_TEXTS_JS = """() => Array.from(document.querySelectorAll('div.mic-plotly')).map(div => {
+  const fig = div.getBoundingClientRect();
+  const texts = Array.from(div.querySelectorAll('svg.main-svg text')).filter(t => {
+    if (!t.textContent.trim() || t.closest('.hoverlayer, .modebar')) return false;
+    const st = getComputedStyle(t);
+    if (st.display === 'none' || st.visibility === 'hidden' || parseFloat(st.opacity) === 0) return false;
+    if (/rgba\\(.*,\\s*0\\)$/.test(st.fill)) return false;          // transparent: drawn but not seen
+    for (let e = t; e && e !== div; e = e.parentElement) {
+      const s = getComputedStyle(e);
+      if (s.display === 'none' || parseFloat(s.opacity) === 0) return false;
+    }
+    const r = t.getBoundingClientRect();
+    return r.width > 0 && r.height > 0;
+  }).map(t => { const r = t.getBoundingClientRect(), m = t.getScreenCTM();
+                return {text: t.textContent.trim().slice(0, 60), l: r.left, r: r.right, t: r.top, b: r.bottom,
+                        rotated: !!m && Math.abs(m.b) > 1e-3}; });
+  return {id: div.id, box: {l: fig.left, r: fig.right, t: fig.top, b: fig.bottom}, texts};
+})"""
+
+
+def text_problems(figure: dict, slack: float = 2.0) -> list[str]:
+    """Texts that stick out of their figure, or that overlap each other by more than ``slack`` pixels."""
+    box, texts, found = figure["box"], figure["texts"], []
+    for a in texts:
+        if a["l"] < box["l"] - slack or a["r"] > box["r"] + slack or a["t"] < box["t"] - slack or a["b"] > box["b"] + slack:
+            found.append(f"clipped: {a['text']!r}")
+    for i, a in enumerate(texts):
+        for b in texts[i + 1:]:
+            if a.get("rotated") and b.get("rotated"):
+                continue      # slanted tick labels: their boxes overlap though the glyphs do not
+            w = min(a["r"], b["r"]) - max(a["l"], b["l"])
+            h = min(a["b"], b["b"]) - max(a["t"], b["t"])
+            if w > slack and h > slack:
+                found.append(f"overlap: {a['text']!r} and {b['text']!r}")
+    return found
+
+
+def test_text_problems_finds_overlap_and_clipping():
+    fig = {"box": {"l": 0, "r": 100, "t": 0, "b": 100}, "texts": [
+        {"text": "a", "l": 10, "r": 40, "t": 10, "b": 20}, {"text": "b", "l": 30, "r": 60, "t": 12, "b": 22},
+        {"text": "c", "l": 90, "r": 130, "t": 50, "b": 60}, {"text": "d", "l": 10, "r": 40, "t": 30, "b": 40}]}
+    assert text_problems(fig) == ["clipped: 'c'", "overlap: 'a' and 'b'"]
+
+
+@pytest.mark.parametrize("path", PAGES)
+def test_figure_texts_neither_clip_nor_overlap(server, browser, path):
+    """Titles cut at the right edge, labels drawn over each other, sliders over axis titles: all fail here."""
+    page, _ = open_page(browser, f"{server}/{path}")
+    page.wait_for_function("() => Array.from(document.querySelectorAll('div.mic-plotly'))"
+                           ".every(d => d.querySelector('svg.main-svg'))", timeout=60_000)
+    page.wait_for_timeout(500)
+    figures = page.evaluate(FIGURE_TEXTS_JS)
+    bad = {f["id"]: problems for f in figures if (problems := text_problems(f))}
+    assert not bad, f"{path}: figure text clipped or overlapping: {bad}"
+    page.close()
+
+
+def test_no_widget_state_or_widget_views_on_static_pages():
+    """A progress bar or control built during the book build would embed widget state and CDN loaders."""
+    for rel in PAGES:
+        html = (SITE / rel).read_text(encoding="utf-8")
+        for marker in ("application/vnd.jupyter.widget-state+json", "application/vnd.jupyter.widget-view+json",
+                       "require.min.js", "embed-amd.js"):
+            assert marker not in html, f"{rel} carries {marker}"
+
+
 @pytest.mark.parametrize("path", PAGES)
 def test_sliders_change_the_figure(server, browser, path):
     page, problems = open_page(browser, f"{server}/{path}")

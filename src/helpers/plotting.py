@@ -25,16 +25,95 @@ import plotly.io as pio
 PALETTE = ["#1f5fa8", "#d1495b", "#2e933c", "#edae49", "#6c4f9e", "#00798c", "#8d6a4f", "#555555"]
 NAIVE, CACHED = PALETTE[1], PALETTE[0]   # the same colours mean the same thing in every notebook
 
+AXIS = dict(automargin=True, title=dict(standoff=12))
 pio.templates["mic"] = go.layout.Template(layout=go.Layout(
     font=dict(family="Inter, Helvetica, Arial, sans-serif", size=14, color="#222"),
     colorway=PALETTE,
-    title=dict(x=0.0, xanchor="left", font=dict(size=17)),
-    margin=dict(l=70, r=30, t=70, b=60),
+    # aligned with the plotting area (not the page edge), wrapped by the renderer (see wrap_title), and the
+    # top margin grows to fit it (automargin), however many lines it has
+    title=dict(x=0.0, xref="paper", xanchor="left", y=1.0, yref="paper", yanchor="bottom", pad=dict(b=14),
+               automargin=True, font=dict(size=17)),
+    margin=dict(l=70, r=40, t=40, b=70, pad=4),
     hovermode="x unified",
     legend=dict(bgcolor="rgba(255,255,255,0.7)"),
     height=430,
+    xaxis=AXIS, yaxis=AXIS,
+    yaxis2=dict(automargin=True, tickmode="auto", showgrid=False),   # round ticks on a secondary axis
 ))
 pio.templates.default = "plotly_white+mic"
+
+TITLE_CHARS = 64          # a title line longer than this is wrapped: at 17 px it would clip in a narrow page
+
+
+def wrap_title(text: str, width: int = TITLE_CHARS) -> str:
+    """Break a long title into lines of at most ``width`` characters (plotly never wraps titles itself)."""
+    if not text or "<br" in text or len(text) <= width:
+        return text
+    lines, line = [], ""
+    for word in text.split():
+        if line and len(line) + 1 + len(word) > width:
+            lines.append(line)
+            line = word
+        else:
+            line = f"{line} {word}".strip()
+    return "<br>".join(lines + [line])
+
+
+def _axis_values(fig_dict: dict, axis: str) -> list[float]:
+    """Every positive finite value plotted on layout axis ``axis`` ('xaxis', 'yaxis2', ...)."""
+    letter, suffix = axis[0], axis[5:]
+    values = []
+    for trace in fig_dict.get("data", []):
+        if (trace.get(f"{letter}axis") or letter) != letter + suffix:
+            continue
+        for v in trace.get(letter) or []:
+            if isinstance(v, (int, float)) and v > 0 and v == v and v != float("inf"):
+                values.append(float(v))
+    return values
+
+
+def _tick_label(v: float) -> str:
+    return f"{v:,.0f}" if v >= 1 else f"{v:g}"
+
+
+def round_log_ticks(fig_dict: dict) -> None:
+    """Label log axes with round values: powers of ten over wide ranges, 1-2-5 over narrow ones.
+
+    Plotly's own choice over one to three decades labels minor ticks as bare digits ("2 5 2 5"),
+    which crowd and read as nonsense. Axes that set their own ticks are left alone.
+    """
+    import math
+    layout = fig_dict.setdefault("layout", {})
+    for name, axis in list(layout.items()):
+        if not (name.startswith(("xaxis", "yaxis")) and isinstance(axis, dict) and axis.get("type") == "log"):
+            continue
+        if any(k in axis for k in ("tickvals", "dtick", "tickmode")):
+            continue
+        values = _axis_values(fig_dict, name)
+        if not values:
+            continue
+        lo, hi = math.floor(math.log10(min(values))), math.ceil(math.log10(max(values)))
+        mantissas = (1,) if hi - lo > 3 else (1, 2, 5)
+        ticks = [m * 10.0 ** e for e in range(lo, hi + 1) for m in mantissas
+                 if min(values) / 1.5 <= m * 10.0 ** e <= max(values) * 1.5]
+        if len(ticks) >= 2:
+            axis.update(tickmode="array", tickvals=ticks, ticktext=[_tick_label(t) for t in ticks])
+
+
+def tidy(fig_dict: dict) -> dict:
+    """The chapter's layout rules, applied to every figure as it is rendered (live and static)."""
+    layout = fig_dict.setdefault("layout", {})
+    title = layout.get("title")
+    if isinstance(title, dict) and title.get("text"):
+        title["text"] = wrap_title(title["text"])
+    for slider in layout.get("sliders", []) or []:
+        for step in slider.get("steps", []):
+            for arg in step.get("args", [])[1:2]:
+                if isinstance(arg, dict) and arg.get("title.text"):
+                    arg["title.text"] = wrap_title(arg["title.text"])
+    round_log_ticks(fig_dict)
+    return fig_dict
+
 
 PLOTLY_JS_NAME = "plotly.min.js"
 
@@ -63,7 +142,7 @@ class MicRenderer(pio.base_renderers.MimetypeRenderer):
     """Plotly JSON for JupyterLab plus a self-loading HTML div for static pages."""
 
     def to_mimebundle(self, fig_dict):
-        fig = go.Figure(fig_dict)
+        fig = go.Figure(tidy(fig_dict))
         spec = fig.to_json()
         height = (fig_dict.get("layout", {}) or {}).get("height") or 430
         html = _LOADER.format(id=f"mic-{uuid.uuid4().hex[:12]}", height=int(height), spec=spec,
@@ -120,8 +199,25 @@ def slider_figure(values: Sequence, make_traces: Callable[[object], Iterable[go.
         fig.data[j].visible = j in groups[active]
     fig.update_layout(
         title_text=title_of(values[active]),
-        sliders=[dict(active=active, currentvalue=dict(prefix=f"{label}: "), pad=dict(t=50), steps=steps)],
-        margin=dict(b=110),
-        height=layout.get("height", 500),
+        sliders=[slider(steps, label, active)],
+        title_pad_b=SLIDER_HEIGHT,          # the title sits above the slider
+        margin_t=SLIDER_HEIGHT + 50,
+        height=layout.get("height", 560),
     )
     return fig
+
+
+SLIDER_HEIGHT = 118        # pixels the slider takes above the plotting area (current value, rail, labels)
+
+
+def slider(steps: list, label: str, active: int = 0) -> dict:
+    """A plotly slider placed between the title and the plot, where it can never cover axis labels.
+
+    Below the plot it collides with the x-axis title and with rotated category labels, whose height
+    plotly only knows at draw time. With more than a dozen steps the step labels would overlap each
+    other, so they are hidden and the current value alone names the position.
+    """
+    crowded = len(steps) > 12
+    return dict(active=active, steps=steps, x=0, len=1, y=1.0, yanchor="bottom", pad=dict(t=0, b=12),
+                font=dict(color="rgba(0,0,0,0)") if crowded else dict(size=12),
+                currentvalue=dict(prefix=f"{label}: ", font=dict(size=14, color="#222")))
