@@ -24,3 +24,23 @@ def test_live_turns_value_errors_into_one_line(monkeypatch, capsys):
     ui.children[0].value = 2
     assert seen == [1, 4, 2]
     assert "&#9888; k must" in controls.error_line("k must be at most 2.")
+
+
+def test_stream_box_is_a_widget_whose_value_is_set_live_and_nothing_on_the_static_site(monkeypatch):
+    monkeypatch.delenv(controls.STATIC_ENV, raising=False)
+    box = controls.stream_box("prefilling...")
+    assert box.value == "prefilling..." and controls.STREAM_CLASS in box._dom_classes
+    box.value = "<b>Paris</b>"
+    assert box.get_state()["value"] == "<b>Paris</b>"     # what the browser receives
+    monkeypatch.setenv(controls.STATIC_ENV, "1")
+    quiet = controls.stream_box("x")
+    assert not hasattr(quiet, "get_state")                # no widget: the static page stays clean
+    quiet.value = "ignored"
+
+
+def test_dropdowns_are_wide_enough_for_their_longest_label():
+    name = "model.layers.27.mlp.gate_proj.weight"
+    built = controls.widget("Dropdown", options=["short", name], description="matrix").build()
+    assert built.layout.width == f"calc({len(name) + len('matrix')}ch + 4em)"
+    pairs = controls.dropdown([("a very long label indeed", 1), ("b", 2)], description="x").build()
+    assert pairs.layout.width.startswith(f"calc({len('a very long label indeed') + 1}ch")

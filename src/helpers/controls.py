@@ -11,6 +11,12 @@ Every interactive idea in the chapter comes in two forms:
 
 A control never leaves a dead output: a ``ValueError`` from the function is
 shown as one line in the output area, and the controls stay usable.
+
+To show something that keeps changing while the function runs (a reply streaming
+token by token), use :func:`stream_box` and set its ``value``. JupyterLab's output
+widget, which :func:`live` draws into, drops ``update_display_data`` messages, so
+``display(..., display_id=True).update(...)`` never shows there; a widget's value
+updates render in JupyterLab and in Voila alike.
 """
 from __future__ import annotations
 
@@ -69,6 +75,42 @@ def live(fn: Callable, **controls):
     return ui
 
 
+STREAM_CLASS = "mic-stream"   # the browser tests find streaming outputs by this class
+
+
+class _Quiet:
+    """Stands in for a stream box where nothing may be shown (the static site)."""
+    value = ""
+
+
+def stream_box(value: str = ""):
+    """An HTML area to update while the kernel works: ``box = stream_box("..."); box.value = "<b>..</b>"``.
+
+    Each assignment is sent to the browser at once (a widget message), so a reply can appear token by
+    token, inside a :func:`live` control too. On the static site it shows nothing.
+    """
+    if is_static():
+        return _Quiet()
+    import ipywidgets as widgets
+    from IPython.display import display
+    box = widgets.HTML(value=value)
+    box.add_class(STREAM_CLASS)
+    display(box)
+    return box
+
+
+def _labels(options) -> list[str]:
+    if isinstance(options, dict):
+        return [str(k) for k in options]
+    return [str(o[0]) if isinstance(o, (tuple, list)) and len(o) == 2 else str(o) for o in options]
+
+
+def fitting_width(options, description: str = "") -> str:
+    """A CSS width that shows the longest option label in full beside the description."""
+    longest = max((len(label) for label in _labels(options)), default=0)
+    return f"calc({longest + len(description)}ch + 4em)"
+
+
 class Control:
     """A widget described now and built only when a live control is shown.
 
@@ -81,7 +123,11 @@ class Control:
 
     def build(self):
         import ipywidgets as widgets
-        return getattr(widgets, self.kind)(**self.kwargs)
+        kwargs = dict(self.kwargs)
+        if self.kind in ("Dropdown", "Select") and "layout" not in kwargs:   # long labels are never cut
+            kwargs["layout"] = {"width": fitting_width(kwargs.get("options", ()), kwargs.get("description", "")),
+                                "max_width": "100%"}
+        return getattr(widgets, self.kind)(**kwargs)
 
 
 def widget(kind: str, **kwargs) -> Control:
