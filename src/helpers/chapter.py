@@ -65,3 +65,16 @@ S6_GIANT_DIM, S6_GIANT_VALUE, S6_MEDIAN_DIM_MAX = 62, 1579.6, 1.6
 S6_INT8_SCALE, S6_INT8_LEVELS = 12.4378, 14
 S6_HISTOGRAM_LAYER16 = {"0-1": 254, "1-2": 283, "2-4": 226, "4-8": 93, "8-16": 18, "16-32": 9,
                         "32-64": 7, "64-128": 5, "128-1024": 0, "1024-4096": 1}
+
+# 9. Distillation: the chapter model's next-token distribution after "She poured the milk into the"
+S9_PROMPT = "She poured the milk into the"
+S9_TOP5 = {" jug": 0.1355, " cup": 0.1051, " bowl": 0.0605, " large": 0.0380, " milk": 0.0360}
+S9_TOP_TO_THIRD = {1.0: 2.24, 2.0: 1.50}     # p(top) / p(third) at temperature T
+
+# 10. The memory budget: cards of 8, 16 and 24 GB; the 13B is full MHA (40 heads of 128), 70B GQA (8 of 128)
+S10_CARDS_GB = (8, 16, 24)
+THIRTEEN_B = dict(name="13B-class (MHA)", layers=40, query_heads=40, kv_heads=40, head_dim=128, params=13_000_000_000)
+SEVENTY_B = dict(name="70B-class", layers=80, query_heads=64, kv_heads=8, head_dim=128, params=70_000_000_000)
+S10_13B_INT4_8GB = (6.2, 337)                # weights (GB), tokens of context that fit
+S10_16GB_INT8_TOKENS = {"7B": 65_378, "13B": 3_136}
+S10_KIB_PER_TOKEN = {"13B": 800, "7B": 128}

@@ -1,0 +1,137 @@
+"""The memory budget (section 10): everything is a sum.
+
+A model being served holds its weights and, for every resident token of every
+concurrent request, one token's worth of KV cache. On top of that the runtime
+keeps some memory for itself. So a card of ``M`` bytes serves
+
+    tokens that fit = (M - overhead - weights) // bytes per token,
+
+where the tokens are summed over all users. Bytes per token come from
+:func:`helpers.cache_size.kv_bytes_per_token` (section 3); this module only adds
+the weights, the overhead and the division.
+
+The chapter's tables (8, 16 and 24 GB cards; 7B, 13B and 70B models; fp16,
+int8 and int4 weights) are reproduced *exactly* by these assumptions, which the
+unit tests pin down (and show that the obvious alternatives miss):
+
+* a card of "16 GB" has 16 GiB (16 x 2**30 bytes);
+* the runtime keeps a fixed 1.5 GiB (CUDA context, activation workspace, allocator slack);
+* parameters are the nominal counts: 7.0e9, 13.0e9, 70.0e9;
+* fp16 is 16 bits per weight, int8 is 8, int4 is 4.125 (4 bits plus one 16-bit scale per group of 128,
+  the accounting of section 5);
+* the KV cache stays in fp16 whatever the weights are stored in;
+* a partial token does not fit: round down.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+
+from . import chapter
+from .cache_size import KVArchitecture, SEVEN_B_CLASS, bytes_per_element, human_bytes
+
+GiB = 2 ** 30
+RUNTIME_OVERHEAD = 3 * GiB // 2                 # 1.5 GiB the runtime keeps for itself
+WEIGHT_BITS = {"fp32": Fraction(32), "fp16": Fraction(16), "int8": Fraction(8),
+               "int4": Fraction(4) + Fraction(16, 128)}   # int4: group-128 with an fp16 scale
+KV_FORMATS = ("fp32", "fp16", "int8")           # bytes per cached number: 4, 2, 1
+CHAPTER_KV_FORMAT = "fp16"
+
+# The chapter's three model classes (section 10); the 7B is section 3's 7B class.
+MODELS = {"7B": SEVEN_B_CLASS,
+          "13B": KVArchitecture(**chapter.THIRTEEN_B),
+          "70B": KVArchitecture(**chapter.SEVENTY_B)}
+
+
+def _check_format(fmt: str, known) -> str:
+    if fmt not in known:
+        raise ValueError(f"Unknown format {fmt!r}: use one of {', '.join(known)}.")
+    return fmt
+
+
+def weight_bytes(params: int, weight_format: str) -> int:
+    """Bytes of ``params`` weights stored in ``weight_format`` (rounded up to a whole byte)."""
+    bits = WEIGHT_BITS[_check_format(weight_format, WEIGHT_BITS)]
+    return -(-params * bits.numerator // (8 * bits.denominator))
+
+
+def tokens_that_fit(memory_bytes: int, weights: int, bytes_per_token: int, overhead: int = RUNTIME_OVERHEAD) -> int:
+    """Resident tokens (over all users) whose cache fits beside the weights; negative when the weights do not fit."""
+    if bytes_per_token < 1:
+        raise ValueError(f"bytes_per_token must be a positive whole number, got {bytes_per_token}.")
+    return (memory_bytes - overhead - weights) // bytes_per_token
+
+
+@dataclass(frozen=True)
+class Fit:
+    """One cell of the budget table."""
+    memory: int           # bytes on the card
+    weights: int          # bytes of weights
+    bytes_per_token: int  # of KV cache
+    tokens: int           # resident tokens that fit (negative: the weights alone do not fit)
+
+    @property
+    def fits(self) -> bool:
+        return self.tokens >= 0
+
+
+def fit(card_gb: float, model: str, weight_format: str, kv_format: str = CHAPTER_KV_FORMAT,
+        overhead: int = RUNTIME_OVERHEAD) -> Fit:
+    """How many tokens of context fit on a card of ``card_gb`` GB (GiB) for one of :data:`MODELS`."""
+    if model not in MODELS:
+        raise ValueError(f"Unknown model {model!r}: use one of {', '.join(MODELS)}.")
+    if not card_gb > 0:
+        raise ValueError(f"The card's memory must be a positive number of GB, got {card_gb}.")
+    arch = MODELS[model]
+    memory = int(card_gb * GiB)
+    w = weight_bytes(arch.params, weight_format)
+    bpt = arch.bytes_per_token(_check_format(kv_format, KV_FORMATS))
+    return Fit(memory, w, bpt, tokens_that_fit(memory, w, bpt, overhead))
+
+
+def budget_table(cards=chapter.S10_CARDS_GB, models=tuple(MODELS), formats=("fp16", "int8", "int4"),
+                 kv_format: str = CHAPTER_KV_FORMAT) -> list[dict]:
+    """The chapter's tables: one row per (card, model, weight format)."""
+    return [dict(card_gb=c, model=m, weight_format=w, **vars(fit(c, m, w, kv_format)))
+            for c in cards for m in models for w in formats]
+
+
+def users_served(card_gb: float, model: str, weight_format: str, kv_format: str, context: int,
+                 overhead: int = RUNTIME_OVERHEAD) -> int:
+    """How many users, each holding ``context`` tokens, one card serves at once (the calculator)."""
+    if isinstance(context, bool) or not isinstance(context, int) or context < 1:
+        raise ValueError(f"The context per user must be a positive whole number of tokens, got {context!r}.")
+    f = fit(card_gb, model, weight_format, kv_format, overhead)
+    if not f.fits:
+        raise ValueError(f"{card_gb} GB is smaller than the {model} weights in {weight_format} "
+                         f"({human_bytes(f.weights)}) plus {human_bytes(overhead)} of runtime: "
+                         f"choose a larger card or fewer bits per weight.")
+    return f.tokens // context
+
+
+def frontier(card_gb: float, model: str, weight_format: str, kv_format: str, contexts) -> list[int]:
+    """Users served at each context length: the users-against-context frontier (0 where not even one fits)."""
+    return [users_served(card_gb, model, weight_format, kv_format, c) for c in contexts]
+
+
+def machine_tokens(memory_bytes: int, weights: int, bytes_per_token: int, overhead: int = RUNTIME_OVERHEAD) -> int:
+    """This machine's row: tokens of context that fit in ``memory_bytes`` of RAM beside ``weights``."""
+    n = tokens_that_fit(memory_bytes, weights, bytes_per_token, overhead)
+    if n < 0:
+        raise ValueError(f"{human_bytes(memory_bytes)} cannot hold {human_bytes(weights)} of weights plus "
+                         f"{human_bytes(overhead)} of runtime: use a smaller model or fewer bits per weight.")
+    return n
+
+
+def kv_bytes(fmt: str) -> int:
+    """Bytes per cached number in one of :data:`KV_FORMATS`."""
+    return bytes_per_element(_check_format(fmt, KV_FORMATS))
+
+
+def physical_memory() -> int:
+    """Bytes of RAM on this machine (POSIX), or 0 when the system does not say."""
+    import os
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 0

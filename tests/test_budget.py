@@ -1,0 +1,87 @@
+"""The memory budget: the chapter's three quoted numbers, the assumptions that reproduce them, bad input."""
+from fractions import Fraction
+
+import pytest
+
+from helpers import budget, chapter
+from helpers.cache_size import kv_bytes_per_token
+
+
+def test_the_chapters_three_quoted_numbers_are_reproduced_exactly():
+    weights_gb, tokens = chapter.S10_13B_INT4_8GB
+    small = budget.fit(8, "13B", "int4")
+    assert small.tokens == tokens == 337
+    assert round(small.weights / budget.GiB, 1) == weights_gb
+    for model, quoted in chapter.S10_16GB_INT8_TOKENS.items():
+        assert budget.fit(16, model, "int8").tokens == quoted
+
+
+def test_13b_mha_cache_is_800_kib_per_token_against_128_for_the_7b():
+    for model, kib in chapter.S10_KIB_PER_TOKEN.items():
+        assert budget.MODELS[model].bytes_per_token("fp16") == kib * 1024
+    assert budget.MODELS["13B"].attention == "MHA" and budget.MODELS["70B"].attention == "GQA"
+
+
+def test_bytes_per_token_come_from_the_section_3_formula():
+    for arch in budget.MODELS.values():
+        assert arch.bytes_per_token("fp16") == kv_bytes_per_token(arch.layers, arch.kv_heads, arch.head_dim, 2)
+
+
+def test_int4_is_four_bits_plus_one_fp16_scale_per_group_of_128():
+    assert budget.WEIGHT_BITS["int4"] == Fraction(4125, 1000)
+    assert budget.weight_bytes(13_000_000_000, "int4") == 6_703_125_000
+    assert budget.weight_bytes(7_000_000_000, "int8") == 7_000_000_000
+    assert budget.weight_bytes(3, "int4") == 2          # rounded up to a whole byte
+
+
+@pytest.mark.parametrize("change", ["decimal GB", "no overhead", "1 GiB overhead", "int4 as 4.0 bits"])
+def test_each_alternative_assumption_misses_at_least_one_quoted_number(change):
+    gb = 10 ** 9 if change == "decimal GB" else budget.GiB
+    overhead = {"no overhead": 0, "1 GiB overhead": budget.GiB}.get(change, budget.RUNTIME_OVERHEAD)
+    int4_bits = Fraction(4) if change == "int4 as 4.0 bits" else budget.WEIGHT_BITS["int4"]
+
+    def tokens(card, model, bits):
+        arch = budget.MODELS[model]
+        w = -(-arch.params * bits.numerator // (8 * bits.denominator))
+        return budget.tokens_that_fit(card * gb, w, arch.bytes_per_token("fp16"), overhead)
+
+    got = (tokens(8, "13B", int4_bits), tokens(16, "7B", Fraction(8)), tokens(16, "13B", Fraction(8)))
+    assert got != (337, 65_378, 3_136)
+
+
+def test_the_table_has_every_card_model_and_format_and_the_70b_fits_nowhere():
+    rows = budget.budget_table()
+    assert len(rows) == 3 * 3 * 3
+    assert not any(r["tokens"] >= 0 for r in rows if r["model"] == "70B")
+    by = {(r["card_gb"], r["model"], r["weight_format"]): r["tokens"] for r in rows}
+    for model in budget.MODELS:     # fewer bits per weight always leave more room for context
+        for card in chapter.S10_CARDS_GB:
+            assert by[(card, model, "fp16")] < by[(card, model, "int8")] < by[(card, model, "int4")]
+
+
+def test_users_served_is_tokens_that_fit_divided_by_context():
+    f = budget.fit(16, "7B", "int8")
+    assert budget.users_served(16, "7B", "int8", "fp16", 4096) == f.tokens // 4096 == 15
+    assert budget.users_served(16, "7B", "int8", "int8", 4096) == budget.fit(16, "7B", "int8", "int8").tokens // 4096
+    assert budget.frontier(16, "7B", "int8", "fp16", [1024, 2048, 4096]) == [63, 31, 15]
+
+
+@pytest.mark.parametrize("args", [
+    (8, "13B", "fp16", "fp16", 1024),    # the weights alone are larger than the card
+    (16, "7B", "int8", "fp16", -5),      # a negative context
+    (16, "7B", "int8", "fp16", 0),
+    (16, "9B", "int8", "fp16", 1024),    # an unknown model
+    (16, "7B", "int3", "fp16", 1024),    # an unknown format
+    (-1, "7B", "int8", "fp16", 1024),
+])
+def test_bad_input_gets_one_sentence(args):
+    with pytest.raises(ValueError) as e:
+        budget.users_served(*args)
+    msg = str(e.value)
+    assert "\n" not in msg and msg.endswith(".")
+
+
+def test_machine_tokens_refuses_a_memory_smaller_than_the_weights():
+    assert budget.machine_tokens(10 * budget.GiB, budget.GiB, 1024, overhead=0) == 9 * 2 ** 20
+    with pytest.raises(ValueError):
+        budget.machine_tokens(budget.GiB, 2 * budget.GiB, 1024)
