@@ -5,6 +5,7 @@ import pytest
 import torch
 from transformers import LlamaConfig
 
+from helpers import cache_calculator as calc
 from helpers import cache_size as cs
 from helpers import kv_cache
 
@@ -91,7 +92,7 @@ def test_context_to_exceed_is_the_first_context_past_the_limit():
 
 
 def test_calculator_values():
-    c = cs.calculator(24, 14, 2, 64, "fp16", users=3, tokens=100)
+    c = calc.calculator(24, 14, 2, 64, "fp16", users=3, tokens=100)
     assert c["bytes_per_token"] == 12_288 and c["total_bytes"] == 3 * 100 * 12_288
     assert c["mha_bytes"] == 7 * c["total_bytes"] and c["mqa_bytes"] * 2 == c["total_bytes"]
     assert (c["attention"], c["group_size"]) == ("GQA", 7)
@@ -114,7 +115,7 @@ def _one_sentence(e):
     lambda: cs.kv_bytes_per_token(24, 2, 64, "fp7"),                          # unknown dtype
     lambda: cs.kv_bytes_per_token(24, 2, 64, 0),                              # zero bytes
     lambda: cs.kv_bytes_per_token(24, 2, 64.5, 2),                            # not whole
-    lambda: cs.calculator(24, 14, 3, 64, "fp16", 1, 10),
+    lambda: calc.calculator(24, 14, 3, 64, "fp16", 1, 10),
 ])
 def test_bad_input_raises_one_sentence(call):
     with pytest.raises(ValueError) as e:
@@ -141,10 +142,47 @@ def test_from_config():
         cs.chapter_config(kv_heads=3)
 
 
-def test_sliding_window_configs_are_refused():
-    cfg = tiny_config(layer_types=["sliding_attention", "full_attention"], sliding_window=16)
+def test_sliding_window_configs_are_read_per_layer():
+    cfg = tiny_config(layers=3, layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+                      sliding_window=16)
+    a = cs.KVArchitecture.from_config(cfg)
+    assert (a.window, a.window_layers) == (16, 2)
+    # within the window every layer grows; past it only the full layer does (the window keeps 15 tokens)
+    per_layer = 2 * 2 * 8 * 2
+    assert a.cache_bytes("fp16", 1, 10) == 3 * 10 * per_layer
+    assert a.cache_bytes("fp16", 2, 100) == 2 * (100 + 2 * 15) * per_layer
+    assert a.bytes_per_token_past_window("fp16") == per_layer
+
+
+def test_unknown_layer_kinds_are_refused():
+    cfg = tiny_config(layer_types=["chunked_attention", "full_attention"])
     with pytest.raises(ValueError):
         cs.KVArchitecture.from_config(cfg)
+
+
+def test_a_window_needs_a_size_and_fits_the_layers():
+    with pytest.raises(ValueError):
+        cs.KVArchitecture("x", 2, 4, 2, 8, window_layers=1)
+    with pytest.raises(ValueError):
+        cs.KVArchitecture("x", 2, 4, 2, 8, window=16, window_layers=3)
+
+
+@pytest.mark.parametrize("tokens", [1, 14, 15, 16, 17, 40])
+def test_sliding_window_formula_equals_the_real_cache(tokens):
+    from transformers import Qwen2Config
+    cfg = Qwen2Config(vocab_size=64, hidden_size=32, intermediate_size=16, num_hidden_layers=4,
+                      num_attention_heads=4, num_key_value_heads=1, use_sliding_window=True, sliding_window=16,
+                      max_window_layers=1, max_position_embeddings=256)
+    m = cs.random_model(cfg, dtype=torch.float32)
+    a = cs.KVArchitecture.from_config(cfg)
+    assert a.window_layers == 3
+    assert cs.measure_cache(m, 2, tokens).nbytes == a.cache_bytes("fp32", 2, tokens)
+
+
+def test_sliding_calculator_row():
+    c = calc.calculator(24, 14, 2, 64, "fp16", users=1, tokens=4096, window=1024, window_layers=20)
+    assert c["total_bytes"] == (4 * 4096 + 20 * 1023) * 2 * 2 * 64 * 2
+    assert c["no_window_bytes"] == 24 * 4096 * 2 * 2 * 64 * 2
 
 
 # --------------------------------------------------------------------------- against the real cache
@@ -192,25 +230,25 @@ def test_empty_cache_is_refused():
 def test_calculator_figure_controls_compose():
     archs = [cs.CHAPTER_MODEL, cs.SEVEN_B_CLASS]
     dtypes, users = ["fp32", "fp16", "int8"], [1, 4, 32]
-    fig = cs.calculator_figure(archs, dtypes, users, tokens_range=(128, 4096))
+    fig = calc.calculator_figure(archs, dtypes, users, tokens_range=(128, 4096))
     lay = fig.layout
     arch_menu, dtype_menu = lay.updatemenus
-    # every trace belongs to exactly one architecture
     vis = [b.args[0]["visible"] for b in arch_menu.buttons]
-    assert all(sum(col) == 1 for col in zip(*vis))
-    kinds = [t.name for t in fig.data]
+    assert all(sum(col) == 1 for col in zip(*vis))          # every trace belongs to exactly one architecture
+    assert all(b.method == "relayout" for b in dtype_menu.buttons)   # a dtype relabels the axis only
     for d_btn, d in zip(dtype_menu.buttons, dtypes):
-        assert d_btn.method == "restyle" and list(d_btn.args[0]) == ["y"]
-        for s_step, u in zip(lay.sliders[0].steps, users):
-            assert s_step.method == "restyle" and list(s_step.args[0]) == ["x"]
-            for j, (xs, ys) in enumerate(zip(s_step.args[0]["x"], d_btn.args[0]["y"])):
-                a = archs[[v[j] for v in vis].index(True)]
-                if kinds[j] == "weights":
-                    assert set(ys) == {a.weight_bytes(d) / 2 ** 30}
-                    continue
-                kv = int(kinds[j].split(": ")[1].split()[0])
-                bpt = a.with_kv_heads(kv).bytes_per_token(d)
-                shown = [(x, y) for x, y in zip(xs, ys) if x is not None]
-                assert min(x for x, _ in shown) == pytest.approx(128) and max(x for x, _ in shown) == pytest.approx(4096)
-                for x, y in shown:
-                    assert y * 2 ** 30 == pytest.approx(x * u * bpt, rel=1e-9)
+        vals, text = d_btn.args[0]["yaxis.tickvals"], d_btn.args[0]["yaxis.ticktext"]
+        assert [cs.human_bytes(int(v * cs.bytes_per_element(d))) for v in vals] == list(text)
+    names = [t.name for t in fig.data]
+    for s_step, u in zip(lay.sliders[0].steps, users):
+        assert s_step.method == "restyle" and list(s_step.args[0]) == ["y"]
+        for j, ys in enumerate(s_step.args[0]["y"]):
+            a = archs[[v[j] for v in vis].index(True)]
+            if names[j] == "weights":
+                assert set(ys) == {a.params}
+            elif "window" in names[j]:
+                w = calc.sliding_variant(a)
+                assert ys[-1] == w.cache_bytes(1, u, 4096) < a.cache_bytes(1, u, 4096)
+            else:
+                kv = int(names[j].split(": ")[1].split()[0])
+                assert ys[0] == a.with_kv_heads(kv).cache_bytes(1, u, 128)

@@ -99,3 +99,40 @@ def macs_generation(d: Dims, tokens: int, cached: bool) -> int:
     if tokens < 1:
         raise ValueError(f"tokens must be at least 1, got {tokens}.")
     return sum(macs_step(d, n, cached) for n in range(1, tokens + 1))
+
+
+# --------------------------------------------------------------------------- counting on the real model
+
+
+@dataclass(frozen=True)
+class CountedFlops:
+    """FLOPs PyTorch counted for one forward pass (a multiply-add counts 2)."""
+    weights: int          # matrix products with the weight matrices (aten.mm / addmm)
+    attention: int        # query x key and weights x value products (aten.bmm / matmul in attention)
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.attention
+
+
+def counted_flops(model, ids: torch.Tensor, cache=None) -> CountedFlops:
+    """Run one forward pass of ``ids`` (against ``cache``, if given) and count its FLOPs with
+    ``torch.utils.flop_counter.FlopCounterMode``.
+
+    The model runs its plain ("eager") attention for the count, whose matrix products the counter sees
+    (a fused CPU attention kernel is invisible to it); its implementation is restored afterwards.
+    """
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from . import kv_cache
+    previous = model.config._attn_implementation
+    counter = FlopCounterMode(display=False)
+    try:
+        model.set_attn_implementation("eager")
+        with counter:
+            kv_cache.forward(model, ids, cache=cache)
+    finally:
+        model.set_attn_implementation(previous)
+    ops = {str(op): n for op, n in counter.get_flop_counts().get("Global", {}).items()}
+    weights = ops.pop("aten.mm", 0) + ops.pop("aten.addmm", 0)
+    return CountedFlops(weights, sum(ops.values()))

@@ -16,6 +16,15 @@ so the notebook can hold the formula against the allocator.
 
 Sizes are reported in binary units (1 KiB = 1,024 bytes), which is also what the
 source chapter means when it writes "KB", "MB" and "GB".
+
+**Sliding windows.** A layer with *sliding-window* attention lets a new token
+see only itself and the ``window - 1`` tokens before it, so its cache stops
+growing there (transformers' growing cache keeps exactly ``window - 1``
+tokens per such layer). A hybrid model (Gemma 3, Mistral's early models,
+Qwen2 with ``use_sliding_window``) mixes such layers with full-attention
+ones; :meth:`KVArchitecture.cache_bytes` adds the two kinds up. Section 3 of
+the chapter teaches all of this; the calculator lives in
+:mod:`helpers.cache_calculator`.
 """
 from __future__ import annotations
 
@@ -26,7 +35,7 @@ from typing import Iterable, Sequence
 
 import torch
 
-from . import kv_cache
+from . import chapter, kv_cache
 from .attention import Dims
 
 # --------------------------------------------------------------------------- element sizes
@@ -132,13 +141,16 @@ def human_bytes(n: int | float) -> str:
 
 @dataclass(frozen=True)
 class KVArchitecture:
-    """The four numbers the cache depends on, plus the query heads (which decide MHA/GQA/MQA) and a parameter count."""
+    """What the cache depends on: layers, KV heads, head dim; the query heads (MHA/GQA/MQA); the sliding
+    window, if any, and on how many of the layers; and a parameter count (for the weights)."""
     name: str
     layers: int
     query_heads: int
     kv_heads: int
     head_dim: int
     params: int | None = None        # for the weights the cache is compared with
+    window: int | None = None        # sliding window (tokens a query sees, itself included), if any
+    window_layers: int = 0           # how many of the layers use it; the others keep every token
 
     def __post_init__(self):
         _whole("layers", self.layers, 1)
@@ -152,6 +164,13 @@ class KVArchitecture:
                 f"key-value head serves a whole group of query heads; try one of {', '.join(map(str, divisors))}.")
         if self.params is not None:
             _whole("params", self.params, 1)
+        _whole("window_layers", self.window_layers, 0)
+        if self.window_layers > self.layers:
+            raise ValueError(f"window_layers ({self.window_layers}) cannot exceed the {self.layers} layers.")
+        if self.window_layers and self.window is None:
+            raise ValueError("Sliding-window layers need a window: pass window= (tokens a query can see).")
+        if self.window is not None:
+            _whole("window", self.window, 2, ": a window covers the new token and at least one before it")
 
     @property
     def group_size(self) -> int:
@@ -166,10 +185,25 @@ class KVArchitecture:
         return "MQA" if self.kv_heads == 1 else "GQA"
 
     def bytes_per_token(self, dtype) -> int:
+        """Bytes each token adds while it is inside every window: the full formula over all layers."""
         return kv_bytes_per_token(self.layers, self.kv_heads, self.head_dim, dtype)
 
+    def bytes_per_token_past_window(self, dtype) -> int:
+        """Bytes each token adds once the windows are full: only the full-attention layers still grow."""
+        full = self.layers - self.window_layers
+        return 0 if full == 0 else kv_bytes_per_token(full, self.kv_heads, self.head_dim, dtype)
+
+    def kept_tokens(self, tokens: int) -> tuple[int, int]:
+        """Tokens each layer holds at a context of ``tokens``: (full-attention layer, sliding-window layer)."""
+        tokens = _whole("tokens", tokens, 0)
+        return tokens, (tokens if self.window is None else min(tokens, self.window - 1))
+
     def cache_bytes(self, dtype, users: int, tokens: int) -> int:
-        return cache_bytes(self.bytes_per_token(dtype), users, tokens)
+        """Bytes of cache for ``users`` sequences of ``tokens`` tokens: full layers keep all, windowed ones cap."""
+        full, windowed = self.kept_tokens(tokens)
+        per_layer_token = kv_bytes_per_token(1, self.kv_heads, self.head_dim, dtype)
+        layer_tokens = (self.layers - self.window_layers) * full + self.window_layers * windowed
+        return _whole("users", users, 0) * layer_tokens * per_layer_token
 
     def weight_bytes(self, dtype) -> int:
         if self.params is None:
@@ -180,8 +214,14 @@ class KVArchitecture:
         """The same model with a different number of key-value heads (the parameter count is kept as is)."""
         return replace(self, kv_heads=kv_heads)
 
+    def with_window(self, window: int | None, window_layers: int | None = None) -> "KVArchitecture":
+        """The same model with a sliding window on ``window_layers`` layers (default: all; ``None``: no window)."""
+        if window is None:
+            return replace(self, window=None, window_layers=0)
+        return replace(self, window=window, window_layers=self.layers if window_layers is None else window_layers)
+
     def variants(self) -> dict[str, "KVArchitecture"]:
-        """MHA, this model's own grouping (if different) and MQA: same layers, query heads and head dim."""
+        """MHA, this model's own grouping (if different) and MQA: same layers, query heads, head dim, windows."""
         out = {"MHA": self.with_kv_heads(self.query_heads)}
         if self.attention == "GQA":
             out["GQA"] = self
@@ -190,18 +230,36 @@ class KVArchitecture:
 
     @classmethod
     def from_config(cls, config, name: str | None = None, params: int | None = None) -> "KVArchitecture":
-        """Read layers, query heads, KV heads and head dim from a transformers config."""
-        types = set(getattr(config, "layer_types", None) or [])
-        if types - {"full_attention"}:
-            raise ValueError(
-                f"This config has {sorted(types - {'full_attention'})} layers, whose cache stops growing at a window; "
-                f"the formula here assumes every layer keeps every token.")
+        """Read layers, heads, head dim and sliding windows from a transformers config."""
+        windows = layer_windows(config)
+        sizes = {w for w in windows if w is not None}
+        if len(sizes) > 1:
+            raise ValueError(f"This config has sliding windows of several sizes {sorted(sizes)}; "
+                             f"the formula here handles one window size.")
         d = Dims.from_config(config)
-        return cls(name or getattr(config, "model_type", "model"), d.layers, d.heads, d.kv_heads, d.head_dim, params)
+        return cls(name or getattr(config, "model_type", "model"), d.layers, d.heads, d.kv_heads, d.head_dim, params,
+                   window=sizes.pop() if sizes else None, window_layers=sum(w is not None for w in windows))
+
+
+def layer_windows(config) -> list[int | None]:
+    """Each layer's sliding window (``None``: the layer keeps every token), read as transformers reads it."""
+    n = config.num_hidden_layers
+    types = getattr(config, "layer_types", None)
+    window = getattr(config, "sliding_window", None)
+    if types is None:       # older configs (Mistral): a window on the config means every layer slides
+        return [window] * n if window is not None and getattr(config, "use_sliding_window", True) else [None] * n
+    unknown = set(types) - {"full_attention", "sliding_attention"}
+    if unknown:
+        raise ValueError(f"This config has {sorted(unknown)} layers; the cache formula here covers full and "
+                         f"sliding-window attention layers only.")
+    return [window if t == "sliding_attention" else None for t in types]
 
 
 def kv_bytes_per_token_from_config(config, dtype=None) -> int:
-    """Bytes per token of cache for a transformers config; ``dtype`` defaults to the config's own."""
+    """Bytes per token of cache for a transformers config (all layers; sliding windows stop growing later).
+
+    ``dtype`` (a name, a ``torch.dtype`` or a whole number of bytes) defaults to the config's own.
+    """
     if dtype is None:
         dtype = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
         if dtype is None:
@@ -209,26 +267,15 @@ def kv_bytes_per_token_from_config(config, dtype=None) -> int:
     return KVArchitecture.from_config(config).bytes_per_token(dtype)
 
 
-# The chapter measured Qwen2.5-0.5B; 494,032,768 parameters with its tied embedding.
-CHAPTER_MODEL = KVArchitecture("Qwen2.5-0.5B (the chapter's model)", layers=24, query_heads=14, kv_heads=2,
-                               head_dim=64, params=494_032_768)
-CHAPTER_HIDDEN, CHAPTER_MLP, CHAPTER_VOCAB = 896, 4864, 151_936
-# The chapter's 7B class: 32 layers, 32 query heads sharing 8 KV heads of dim 128. Its "13.0 GB" of fp16
-# weights is a nominal 7.0e9 parameters x 2 bytes in GiB.
-SEVEN_B_CLASS = KVArchitecture("7B-class", layers=32, query_heads=32, kv_heads=8, head_dim=128,
-                               params=7_000_000_000)
+def _from_chapter(geometry: dict) -> KVArchitecture:
+    return KVArchitecture(geometry["name"], geometry["layers"], geometry["query_heads"], geometry["kv_heads"],
+                          geometry["head_dim"], geometry["params"])
 
 
-def chapter_config(intermediate_size: int = CHAPTER_MLP, vocab_size: int = CHAPTER_VOCAB, kv_heads: int = 2):
-    """A ``Qwen2Config`` with the chapter's attention geometry (24 layers, 14 query heads, head dim 64).
-
-    The MLP width and vocabulary can be shrunk to build a light random model: neither appears in the cache.
-    """
-    from transformers import Qwen2Config
-    a = CHAPTER_MODEL.with_kv_heads(kv_heads)          # validates kv_heads against the 14 query heads
-    return Qwen2Config(vocab_size=vocab_size, hidden_size=CHAPTER_HIDDEN, intermediate_size=intermediate_size,
-                       num_hidden_layers=a.layers, num_attention_heads=a.query_heads, num_key_value_heads=a.kv_heads,
-                       tie_word_embeddings=True, use_sliding_window=False)
+# The chapter's two reference architectures (their numbers live in helpers.chapter).
+CHAPTER_MODEL = _from_chapter(chapter.QWEN25)
+SEVEN_B_CLASS = _from_chapter(chapter.SEVEN_B)
+chapter_config = chapter.qwen25_config      # kept under this name for older callers
 
 
 def random_model(config, dtype=torch.float16, seed: int = 0):
@@ -290,119 +337,3 @@ def measure_cache(model, users: int, tokens: int, seed: int = 0) -> CacheMeasure
     device = next(model.parameters()).device
     _, cache = kv_cache.forward(model, ids.to(device), cache=kv_cache.new_cache(model), logits_to_keep=1)
     return describe_cache(cache)
-
-
-# --------------------------------------------------------------------------- the calculator
-
-
-def calculator(layers: int, query_heads: int, kv_heads: int, head_dim: int, dtype, users: int,
-               tokens: int) -> dict:
-    """Everything the cache calculator shows, for one setting of its controls."""
-    arch = KVArchitecture("custom", layers, query_heads, kv_heads, head_dim)
-    per_token = arch.bytes_per_token(dtype)
-    total = cache_bytes(per_token, users, tokens)
-    return dict(attention=arch.attention, group_size=arch.group_size, bytes_per_token=per_token,
-                bytes_per_user=per_token * tokens, resident_tokens=users * tokens, total_bytes=total,
-                mha_bytes=cache_bytes(arch.with_kv_heads(query_heads).bytes_per_token(dtype), users, tokens),
-                mqa_bytes=cache_bytes(arch.with_kv_heads(1).bytes_per_token(dtype), users, tokens))
-
-
-def resident_grid(tokens_min: int, tokens_max: int, users_max: int, per_octave: int = 4) -> list[float]:
-    """Resident-token counts, evenly spaced on a log scale, covering ``tokens_min * 1`` to ``tokens_max * users_max``."""
-    lo, hi = math.log2(tokens_min), math.log2(tokens_max * users_max)
-    n = int(round((hi - lo) * per_octave))
-    return [2 ** (lo + i / per_octave) for i in range(n + 1)]
-
-
-def calculator_figure(archs: Sequence[KVArchitecture], dtypes: Sequence[str], users_values: Sequence[int],
-                      tokens_range: tuple[int, int] = (128, 131_072), active_arch: int = 0, active_dtype: int = 0,
-                      active_users: int = 0, title: str = "How big the cache is"):
-    """The static calculator: cache (GiB) against tokens per user, with the model's weights for scale.
-
-    Three controls that never undo each other, because each changes a different attribute of the traces:
-    the architecture dropdown switches *visibility* (one line per MHA/GQA/MQA variant and one for the
-    weights), the dtype dropdown rewrites every trace's *y* (bytes scale with the element size), and the
-    users slider rewrites every trace's *x*: each trace is drawn over a fixed grid of resident tokens R,
-    so with u users the point (R / u, cache(R)) is the cache at R / u tokens per user.
-    """
-    import plotly.graph_objects as go
-
-    from . import plotting
-
-    if not archs or not dtypes or not users_values:
-        raise ValueError("calculator_figure needs at least one architecture, one dtype and one users value.")
-    GiB = 2 ** 30
-    grid = resident_grid(tokens_range[0], tokens_range[1], max(users_values))
-    fig = plotting.figure(x="tokens per user (context length)")
-    owner, kinds = [], []   # for each trace: which architecture, and (bytes_per_token by dtype | weights)
-    dashes = {"MHA": "dot", "GQA": "solid", "MQA": "dash"}
-    colours = {"MHA": plotting.PALETTE[1], "GQA": plotting.PALETTE[0], "MQA": plotting.PALETTE[2]}
-    for a_i, arch in enumerate(archs):
-        for label, v in arch.variants().items():
-            own = " (this model)" if v.kv_heads == arch.kv_heads else ""
-            heads = f"{v.kv_heads} KV head" + ("s" if v.kv_heads > 1 else "")
-            fig.add_trace(go.Scatter(name=f"cache, {label}: {heads}{own}", mode="lines",
-                                     line=dict(color=colours[label], dash=dashes[label], width=3 if own else 2),
-                                     hovertemplate="%{y:.3g} GiB<extra>%{fullData.name}</extra>"))
-            owner.append(a_i)
-            kinds.append(("cache", v))
-        if arch.params is not None:
-            fig.add_trace(go.Scatter(name="weights", mode="lines", line=dict(color="#555555", width=2),
-                                     hovertemplate="%{y:.3g} GiB<extra>weights</extra>"))
-            owner.append(a_i)
-            kinds.append(("weights", arch))
-
-    def ys(dtype):
-        out = []
-        for kind, a in kinds:
-            if kind == "cache":
-                bpt = a.bytes_per_token(dtype)
-                out.append([r * bpt / GiB for r in grid])
-            else:
-                out.append([a.weight_bytes(dtype) / GiB] * len(grid))
-        return out
-
-    lo, hi = tokens_range
-
-    def xs(users):   # points outside the axis are left out (None), so the y-axis fits what is visible
-        row = [r / users if lo <= r / users <= hi else None for r in grid]
-        return [row for _ in kinds]
-
-    def visible(a_i):
-        return [o == a_i for o in owner]
-
-    def arch_title(a):
-        return (f"{title}: {a.name}, {a.layers} layers, {a.query_heads} query heads, "
-                f"head dim {a.head_dim}")
-
-    # One fixed y-range for every setting, so that moving a control moves the lines, not the axis.
-    seen = [y for d in dtypes for u in users_values for xr, yr in zip(xs(u), ys(d)) for x, y in zip(xr, yr)
-            if x is not None and y > 0]
-    y_range = [math.floor(math.log10(min(seen))), math.ceil(math.log10(max(seen)))]
-    ticks = [2 ** e for e in range(0, 80, 5) if y_range[0] <= math.log10(2 ** e / GiB) <= y_range[1]]
-
-    x0, y0 = xs(users_values[active_users]), ys(dtypes[active_dtype])
-    for j, tr in enumerate(fig.data):
-        tr.x, tr.y, tr.visible = x0[j], y0[j], owner[j] == active_arch
-    fig.update_layout(
-        title_text=arch_title(archs[active_arch]),
-        xaxis=dict(type="log", range=[math.log10(tokens_range[0]), math.log10(tokens_range[1])]),
-        yaxis=dict(type="log", range=y_range, title_text="cache (and weights)",
-                   tickvals=[t / GiB for t in ticks], ticktext=[human_bytes(t) for t in ticks]),
-        hovermode="x unified",
-        height=580, margin=dict(t=135, b=110),
-        title=dict(y=0.97, yanchor="top"),
-        legend=dict(x=0.01, y=0.99, xanchor="left", yanchor="top"),
-        updatemenus=[
-            dict(type="dropdown", x=0.0, xanchor="left", y=1.03, yanchor="bottom", active=active_arch,
-                 buttons=[dict(label=f"model: {a.name}", method="update",
-                               args=[{"visible": visible(i)}, {"title.text": arch_title(a)}])
-                          for i, a in enumerate(archs)]),
-            dict(type="dropdown", x=1.0, xanchor="right", y=1.03, yanchor="bottom", active=active_dtype,
-                 buttons=[dict(label=f"dtype: {dtype_name(d)} ({bytes_per_element(d)} B)", method="restyle",
-                               args=[{"y": ys(d)}]) for d in dtypes]),
-        ],
-        sliders=[dict(active=active_users, currentvalue=dict(prefix="users: "), pad=dict(t=50),
-                      steps=[dict(method="restyle", label=str(u), args=[{"x": xs(u)}]) for u in users_values])],
-    )
-    return fig
