@@ -271,3 +271,17 @@ def test_sweep_shapes_and_bad_input(tiny):
     assert all(p.step_seconds <= p.median_seconds for p in pts)
     with pytest.raises(ValueError):
         bt.decode_step_sweep(tiny, [0, 2])
+
+
+def test_equal_lengths_leave_static_batching_nothing_to_waste():
+    cost = bt.step_cost_from_sweep([1, 8], [1.0, 2.0])
+    ls = bt.chapter_lengths(skew=0.0)
+    r = bt.compare(*(bt.simulate(ls, 8, p, cost) for p in bt.POLICIES))
+    assert r["throughput_x"] == pytest.approx(1.0, abs=1e-9)
+
+
+def test_padded_rows_are_exact_only_without_sliding_windows():
+    from types import SimpleNamespace as NS
+    assert bt.padded_rows_are_exact(NS(layer_types=["full_attention"] * 3))
+    assert not bt.padded_rows_are_exact(NS(layer_types=["sliding_attention", "full_attention"]))
+    assert bt.padded_rows_are_exact(NS()) and not bt.padded_rows_are_exact(NS(use_sliding_window=True))

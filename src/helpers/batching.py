@@ -24,13 +24,13 @@ from __future__ import annotations
 import math
 import random
 import statistics
-import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 import torch
 
 from . import kv_cache as kc
+from .measure import now
 
 POLICIES = ("static", "continuous")
 
@@ -91,10 +91,10 @@ def decode_step_sweep(model, batch_sizes: Sequence[int], context: int = 64, repe
     rounds = range(warmup + repeats)
     for r in (progress(rounds) if progress else rounds):
         for j in range(len(sizes)):
-            t0 = time.perf_counter()
+            t0 = now()
             kc.decode_step(model, tokens[j], caches[j])
             if r >= warmup:
-                times[j].append(time.perf_counter() - t0)
+                times[j].append(now() - t0)
     points = []
     for b, ts in zip(sizes, times):
         med = statistics.median(ts)
@@ -500,6 +500,19 @@ class SlotBatch:
         return self.last
 
 
+def padded_rows_are_exact(config) -> bool:
+    """Whether :class:`SlotBatch` reproduces every request's solo output exactly on this architecture.
+
+    True when every layer attends to its whole cache. A sliding-window layer's cache is cut to the window by
+    transformers when the padded rows are rebuilt, counting padding columns, so a request that joins a wide
+    batch can see a different window than it sees alone.
+    """
+    types = getattr(config, "layer_types", None)
+    if types:
+        return all(t == "full_attention" for t in types)
+    return not getattr(config, "use_sliding_window", False)
+
+
 def _left_pad(t: torch.Tensor, width: int, dim: int = 2) -> torch.Tensor:
     missing = width - t.shape[dim]
     if missing <= 0:
@@ -512,7 +525,7 @@ def _left_pad(t: torch.Tensor, width: int, dim: int = 2) -> torch.Tensor:
 class WorkClock:
     """Seconds of work done by one server: it runs while the server works and stops while it waits for its turn."""
 
-    def __init__(self, clock: Callable[[], float] = time.perf_counter):
+    def __init__(self, clock: Callable[[], float] = now):
         self.clock, self.spent, self.since = clock, 0.0, None
 
     def start(self) -> None:
@@ -692,6 +705,34 @@ def serve_side_by_side(model, prompts: Sequence[torch.Tensor], lengths: Sequence
 def solo_outputs(model, prompt: torch.Tensor, n_new: int) -> list[int]:
     """What one request produces alone: prefill, then batch-1 decode steps (the reference for exactness)."""
     return kc.generate_cached(model, prompt, n_new)[0].tolist()
+
+
+def run_transformers_cb(model, prompts: Sequence[torch.Tensor], lengths: Sequence[int], slots: int,
+                        pad_token_id=None, timeout: float = 300.0):
+    """The same requests through transformers' own continuous-batching engine, greedy, no end token.
+
+    Returns (generated token lists, each request's finish time in seconds, total seconds); the times
+    include starting the engine.
+    """
+    from transformers import GenerationConfig
+    from transformers.generation.configuration_utils import ContinuousBatchingConfig
+    gen = GenerationConfig(do_sample=False, eos_token_id=-1, pad_token_id=pad_token_id, max_new_tokens=max(lengths))
+    cbc = ContinuousBatchingConfig(num_blocks=256, block_size=16, max_batch_tokens=512, max_requests_per_batch=slots)
+    t0 = now()
+    with model.continuous_batching_context_manager(generation_config=gen, continuous_batching_config=cbc,
+                                                   warmup=False) as manager:
+        for i, (p, n) in enumerate(zip(prompts, lengths)):
+            manager.add_request(p[0].tolist(), request_id=f"r{i}", max_new_tokens=n)
+        done = {}
+        while len(done) < len(prompts):
+            r = manager.get_result(timeout=timeout)
+            if r is None:
+                raise RuntimeError(f"transformers' manager returned nothing for {timeout:.0f} s")
+            if r.status.name == "FINISHED":
+                done[r.request_id] = r
+    outs = [done[f"r{i}"].generated_tokens for i in range(len(prompts))]
+    ends = [done[f"r{i}"].lifespan[1] - t0 for i in range(len(prompts))]
+    return outs, ends, now() - t0
 
 
 # --------------------------------------------------------------------------- figures (thin layers)

@@ -61,6 +61,8 @@ S5_MATRICES, S5_PARAMS = 168, 357_800_000
 S5_INT4_TENSOR_WORST = 0.99
 S5_INT4_ROW_DIVIDES_BY = 3.4
 S5_GROUP128_ERROR, S5_NF4_ERROR = 0.1323, 0.0952
+S5_WEIGHT_GB = {"fp32": 1.98, "fp16": 0.99, "int8": 0.49}   # the chapter's model's weights
+S5_NF4_GAIN = 0.28                  # NF4 block-64 vs int4 group-128: 28 % lower error
 
 # 6. Activation outliers
 S6_GIANT_DIM, S6_GIANT_VALUE, S6_MEDIAN_DIM_MAX = 62, 1579.6, 1.6

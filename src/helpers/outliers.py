@@ -188,13 +188,6 @@ def levels_per_dimension(codes: torch.Tensor) -> torch.Tensor:
     return 1 + (s[1:] != s[:-1]).sum(dim=0)
 
 
-def int8_per_tensor(h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """INT8 codes of ``h`` with one absmax scale for the whole tensor: (codes, scale)."""
-    if h.numel() == 0:
-        raise ValueError("Cannot quantize an empty tensor.")
-    return absmax_quantize(h.float(), 8)
-
-
 def exclude_top_dimensions(h: torch.Tensor, k: int) -> dict:
     """INT8 with one scale after setting the ``k`` largest dimensions aside (kept in high precision).
 
@@ -218,20 +211,10 @@ def exclude_top_dimensions(h: torch.Tensor, k: int) -> dict:
 # --------------------------------------------------------------------------- INT8 matmuls
 
 
-def relative_error(approx: torch.Tensor, exact: torch.Tensor) -> float:
-    """||approx - exact|| / ||exact|| (Frobenius)."""
-    if approx.shape != exact.shape:
-        raise ValueError(f"shapes differ: {tuple(approx.shape)} vs {tuple(exact.shape)}.")
-    denom = exact.double().norm()
-    if denom == 0:
-        raise ValueError("The exact result is all zeros; a relative error is undefined.")
-    return float((approx.double() - exact.double()).norm() / denom)
-
-
 def token_error(approx: torch.Tensor, exact: torch.Tensor) -> float:
     """Mean over tokens (rows) of ||approx_t - exact_t|| / ||exact_t||.
 
-    Unlike :func:`relative_error`, one token with a huge output cannot hide the damage done
+    Unlike ``helpers.quantization.relative_error`` (one norm over the whole matrix), one token with a huge output cannot hide the damage done
     to every other token: each row counts once.
     """
     if approx.shape != exact.shape or exact.dim() != 2:
@@ -244,18 +227,16 @@ def token_error(approx: torch.Tensor, exact: torch.Tensor) -> float:
 
 
 def absmax_codes(t: torch.Tensor, per: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """Symmetric INT8 codes (as float64) and scales: one scale for the 'tensor', or one per 'row'."""
-    if t.numel() == 0:
-        raise ValueError("Cannot quantize an empty tensor.")
-    t = t.double()
-    if per == "tensor":
-        scale = t.abs().max() / QMAX
-    elif per == "row":
-        scale = t.abs().amax(dim=-1, keepdim=True) / QMAX
-    else:
+    """INT8 absmax codes and scales from :func:`helpers.quantization.absmax_quantize`, shaped for a matmul.
+
+    ``per``: one scale for the 'tensor', or one per 'row' (a column of scales). Codes come back as
+    float64 so that :func:`integer_matmul` can accumulate them exactly.
+    """
+    if per not in ("tensor", "row"):
         raise ValueError(f"per must be 'tensor' or 'row', got {per!r}.")
-    scale = torch.where(scale > 0, scale, torch.ones_like(scale))  # an all-zero row stays zero
-    return torch.round(t / scale).clamp(-QMAX - 1, QMAX), scale
+    q, scale = absmax_quantize(t, 8, axis=-1 if per == "row" else None)
+    scale = scale.double().reshape(-1, 1) if per == "row" else scale.double().reshape(())
+    return q.double(), torch.where(scale > 0, scale, torch.ones_like(scale))   # an all-zero row stays zero
 
 
 def integer_matmul(qx: torch.Tensor, qw: torch.Tensor) -> torch.Tensor:
@@ -413,6 +394,18 @@ def quantize_linears_dynamic(model, names: Iterable[str], inplace: bool = False)
         target = model if inplace else copy.deepcopy(model)
         return quantize_dynamic(target, {n: default_dynamic_qconfig for n in names}, dtype=torch.qint8,
                                 inplace=True)
+
+
+def dynamic_activation_bits(module) -> int:
+    """Bits of the activation codes in PyTorch's dynamic INT8 ``module`` (from :func:`quantize_linears_dynamic`).
+
+    Its forward asks for a reduced range (``reduce_range=True``, module version 4 and later), which the
+    x86 and fbgemm engines honour by using 7-bit activation codes; other engines use 8.
+    """
+    if not hasattr(module, "_packed_params"):
+        raise ValueError("pass a dynamically quantized linear layer (see quantize_linears_dynamic).")
+    reduced = (getattr(module, "version", None) or 0) >= 4
+    return 7 if reduced and torch.backends.quantized.engine in ("x86", "fbgemm") else 8
 
 
 @torch.inference_mode()

@@ -327,3 +327,21 @@ def common_prefix_length(prompts: Sequence[Sequence[int]]) -> int:
         if any(p[i] != t for p in prompts):
             return i
     return n
+
+
+def block_owner_grid(block_owner: Sequence[Sequence], colours: int = 7):
+    """A replay's block owners as a heat map: (rows used, z values, hover text, a banded colour scale).
+
+    z is -1 for the shared prefix, the request number modulo ``colours`` otherwise and None for a free
+    block; the colour scale gives each value one flat band (black for the prefix).
+    """
+    from .plotting import PALETTE
+    steps = range(len(block_owner))
+    used = [b for b in range(len(block_owner[0]) if block_owner else 0) if any(o[b] is not None for o in block_owner)]
+    z = [[None if (o := block_owner[t][b]) is None else -1 if o == -1 else o % colours for t in steps] for b in used]
+    text = [[("free" if (o := block_owner[t][b]) is None else "shared prefix" if o == -1 else f"request {o}")
+             for t in steps] for b in used]
+    scale = []
+    for i, c in enumerate(["#1a1a1a"] + PALETTE[:colours]):
+        scale += [[max(0.0, (i - 0.5) / colours), c], [min(1.0, (i + 0.5) / colours), c]]
+    return used, z, text, scale

@@ -38,7 +38,6 @@ Schemes
 from __future__ import annotations
 
 import contextlib
-import functools
 import math
 import numbers
 from dataclasses import dataclass
@@ -292,7 +291,6 @@ def nf4_dequantize(idx: torch.Tensor, absmax: torch.Tensor) -> torch.Tensor:
 # --------------------------------------------------------------------------- GGML Q4_1 (our reference's format)
 
 Q4_1_BLOCK = 32
-Q4_1_BLOCK_BYTES = 2 + 2 + Q4_1_BLOCK // 2   # fp16 d, fp16 m, 32 four-bit codes
 
 
 def q4_1_quantize(w: torch.Tensor):
@@ -335,65 +333,6 @@ def q4_1_error_estimate(w: torch.Tensor) -> float:
     if norm == 0:
         raise ValueError("The tensor is all zeros, so a relative error is undefined.")
     return math.sqrt(float((d.double() ** 2).sum()) * (Q4_1_BLOCK - 2) / 12) / norm
-
-
-def unpack_q4_1(raw) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Raw GGUF Q4_1 bytes (20 per block) -> (codes (n_blocks, 32) uint8, d fp16, m fp16).
-
-    Block layout: d (fp16), m (fp16), then 16 bytes whose low nibbles are weights
-    0..15 and high nibbles weights 16..31.
-    """
-    raw = torch.as_tensor(raw).reshape(-1)
-    if raw.dtype != torch.uint8 or raw.numel() % Q4_1_BLOCK_BYTES:
-        raise ValueError(f"Q4_1 data must be uint8 bytes in blocks of {Q4_1_BLOCK_BYTES}, got {raw.dtype} "
-                         f"x {raw.numel()}.")
-    blocks = raw.reshape(-1, Q4_1_BLOCK_BYTES)
-    d = blocks[:, 0:2].contiguous().view(torch.float16).reshape(-1)
-    m = blocks[:, 2:4].contiguous().view(torch.float16).reshape(-1)
-    qs = blocks[:, 4:]
-    codes = torch.cat([qs & 0x0F, qs >> 4], dim=1)
-    return codes, d, m
-
-
-GGUF_NAMES = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
-              "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
-              "mlp.down_proj": "ffn_down"}
-
-
-def gguf_name(name: str) -> str:
-    """'model.layers.12.mlp.down_proj.weight' -> 'blk.12.ffn_down.weight' (the name inside a GGUF file)."""
-    parts = name.split(".")
-    try:
-        i = parts.index("layers")
-        layer, sub = int(parts[i + 1]), ".".join(parts[i + 2:i + 4])
-        return f"blk.{layer}.{GGUF_NAMES[sub]}.weight"
-    except (ValueError, IndexError, KeyError):
-        raise ValueError(f"{name!r} is not a projection matrix of a Llama-style layer "
-                         f"(expected e.g. 'model.layers.12.mlp.down_proj.weight').") from None
-
-
-@functools.lru_cache(maxsize=2)
-def _gguf_reader(path: str):
-    import gguf
-    return gguf.GGUFReader(path)   # parsing the header (and its 49k-token vocabulary) takes a few seconds
-
-
-def read_gguf_q4_1(name: str, path: str | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The stored (codes, d, m) of one Q4_1 matrix of a GGUF file (the embedded model's by default).
-
-    ``name`` is the transformers name; codes come back shaped (out_features, in_features).
-    """
-    from .model import embedded_gguf_path
-    reader = _gguf_reader(str(path or embedded_gguf_path()))
-    target = gguf_name(name)
-    for t in reader.tensors:
-        if t.name == target:
-            if t.tensor_type.name != "Q4_1":
-                raise ValueError(f"{target} is stored as {t.tensor_type.name}, not Q4_1.")
-            codes, d, m = unpack_q4_1(torch.from_numpy(t.data.copy()))
-            rows, cols = int(t.shape[1]), int(t.shape[0])   # GGUF lists the fastest axis first
-            return codes.reshape(rows, cols), d, m
-    raise ValueError(f"No tensor {target} in {path or 'the embedded GGUF'}.")
 
 
 # --------------------------------------------------------------------------- bookkeeping and error
