@@ -54,3 +54,16 @@ def test_dims_from_config():
                       intermediate_size=4864, vocab_size=151936)
     d = attention.Dims.from_config(cfg)
     assert (d.head_dim, d.kv_heads, d.layers) == (64, 2, 24)
+
+
+def test_counted_flops_match_the_mac_count_on_a_real_model(tiny_llama):
+    from helpers import kv_cache
+    d = attention.Dims.from_config(tiny_llama.config)
+    ids = torch.randint(0, 97, (1, 9), generator=torch.Generator().manual_seed(0))
+    _, cache = kv_cache.forward(tiny_llama, ids[:, :8], cache=kv_cache.new_cache(tiny_llama))
+    step = attention.counted_flops(tiny_llama, ids[:, 8:], cache)
+    assert step.total == 2 * attention.macs_step(d, 9, cached=True)
+    whole = attention.counted_flops(tiny_llama, ids)          # eager attention computes the full square, masked
+    assert whole.weights == 2 * 9 * d.weight_macs_per_token
+    assert whole.attention == 2 * 9 * 9 * d.attention_macs_per_pair
+

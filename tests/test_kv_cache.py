@@ -67,3 +67,17 @@ def test_bad_lengths_raise_one_sentence(tiny_llama, bad):
         kv_cache.generate_cached(tiny_llama, prompt(), bad)
     with pytest.raises(ValueError):
         kv_cache.crop_cache(kv_cache.new_cache(tiny_llama), -1)
+
+
+def test_step_growth_reads_a_straight_line_and_ignores_step_zero():
+    steps = [100.0] + [1.0 + 0.1 * i for i in range(1, 11)]        # step 0 (a prefill) is far off the line
+    assert kv_cache.step_growth(steps) == pytest.approx(2.0 / 1.1)
+    assert kv_cache.step_growth([5.0, 2.0, 2.0, 2.0]) == pytest.approx(1.0)
+
+
+def test_log_log_slope_recovers_the_exponent():
+    n = [256, 512, 1024, 2048]
+    assert kv_cache.log_log_slope(n, [k ** 2 * 3e-9 for k in n]) == pytest.approx(2.0)
+    assert kv_cache.log_log_slope(n, [k * 1e-6 for k in n]) == pytest.approx(1.0)
+    with pytest.raises(ValueError):
+        kv_cache.log_log_slope([1], [1.0])

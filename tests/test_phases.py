@@ -6,7 +6,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from helpers import kv_cache, phases
+from helpers import kv_cache, phases, roofline
 from helpers.model import weight_bytes
 
 LAYERS, HIDDEN, HEADS, KV_HEADS, HEAD_DIM, MLP, VOCAB = 2, 64, 4, 2, 16, 128, 256
@@ -50,12 +50,9 @@ def test_prompt_of_length_rejects_empty_base():
         phases.prompt_of_length(torch.zeros(1, 0, dtype=torch.long), 4)
 
 
-# --------------------------------------------------------------------------- interleaved timing
-
-
 def test_interleaved_medians_order_and_medians(monkeypatch):
     clock = {"t": 0.0}
-    monkeypatch.setattr(phases.time, "perf_counter", lambda: clock["t"])
+    monkeypatch.setattr(phases, "now", lambda: clock["t"])
     calls = []
     durations = {"a": iter([9.0, 1.0, 2.0, 3.0]), "b": iter([9.0, 10.0, 30.0, 20.0])}
 
@@ -80,9 +77,6 @@ def test_interleaved_medians_rejects_bad_counts(kw):
 def test_interleaved_medians_rejects_no_cases():
     with pytest.raises(ValueError):
         phases.interleaved_medians({})
-
-
-# --------------------------------------------------------------------------- sweeps
 
 
 def test_prefill_sweep_rows(model):
@@ -111,91 +105,13 @@ def test_decode_sweep_cache_bytes_exact(model):
         assert r.tokens_per_second == pytest.approx(1 / r.seconds)
 
 
-# --------------------------------------------------------------------------- bytes a decode step reads
-
-
-def test_weights_read_tied_is_every_weight_once(model):
-    assert phases.weights_read_per_step(model) == weight_bytes(model)
-
-
-def test_weights_read_untied_reads_one_embedding_row():
-    m = tiny(tied=False)
-    emb = m.get_input_embeddings().weight
-    expected = weight_bytes(m) - emb.numel() * 4 + HIDDEN * 4
-    assert phases.weights_read_per_step(m) == expected
-
-
-def test_weights_read_halves_in_bf16(model):
-    half = copy.deepcopy(model).to(torch.bfloat16)
-    assert 2 * phases.weights_read_per_step(half) == phases.weights_read_per_step(model)
-
-
-def test_weights_read_dynamic_int8_counts_one_byte_per_weight(model):
-    quantize_dynamic = getattr(getattr(torch, "ao", None), "quantization", None)
-    if quantize_dynamic is None or not hasattr(quantize_dynamic, "quantize_dynamic"):
-        pytest.skip("this torch has no torch.ao.quantization.quantize_dynamic")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        q = quantize_dynamic.quantize_dynamic(copy.deepcopy(model), {torch.nn.Linear}, dtype=torch.qint8)
-    linear_weights = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
-    other = sum(p.numel() for n, p in model.named_parameters() if "norm" in n) * 4   # RMSNorm gains stay fp32
-    assert phases.weights_read_per_step(q) == linear_weights + other + HIDDEN * 4   # + one embedding row
-    assert len(phases.linear_layers(q)) == len(phases.linear_layers(model))
-
-
 def test_decode_bytes_adds_the_cache(model):
     _, cache = kv_cache.prefill(model, phases.prompt_of_length(BASE, 11))
-    b = phases.decode_bytes(model, cache)
+    b = roofline.decode_bytes(model, cache)
     assert b.cache == CACHE_BYTES_PER_TOKEN * 11
     assert b.weights == weight_bytes(model)
     assert b.total == b.weights + b.cache
-    assert phases.decode_bytes(model).cache == 0
-
-
-# --------------------------------------------------------------------------- roofline arithmetic
-
-
-def test_roofline_known_values():
-    assert phases.roofline_seconds(10**9, 10.0) == pytest.approx(0.1)
-    assert phases.achieved_bandwidth(10**9, 0.2) == pytest.approx(5.0)
-    assert phases.bandwidth_fraction(10**9, 0.2, 10.0) == pytest.approx(0.5)
-    # the fraction is the roofline time over the measured time
-    assert phases.bandwidth_fraction(3 * 10**8, 0.07, 20.0) == pytest.approx(
-        phases.roofline_seconds(3 * 10**8, 20.0) / 0.07)
-
-
-@pytest.mark.parametrize("fn,args", [
-    (phases.roofline_seconds, (100, 0.0)), (phases.roofline_seconds, (-1, 1.0)),
-    (phases.achieved_bandwidth, (100, 0.0)), (phases.bandwidth_fraction, (100, 1.0, 0.0)),
-])
-def test_roofline_rejects_bad_input(fn, args):
-    with pytest.raises(ValueError):
-        fn(*args)
-
-
-@pytest.mark.parametrize("kind", ["sum", "gemv"])
-def test_stream_bandwidth_reports_the_bytes_it_read(kind):
-    bw = phases.stream_bandwidth(1 << 20, kind=kind, repeats=2)
-    assert bw.nbytes == 1 << 20            # 1 MiB is a whole number of 4096-float rows
-    assert bw.kind == kind
-    assert bw.gb_per_s == pytest.approx(bw.nbytes / bw.seconds / 1e9)
-
-
-@pytest.mark.parametrize("kw", [dict(kind="copy"), dict(nbytes=100)])
-def test_stream_bandwidth_rejects_bad_input(kw):
-    args = dict(nbytes=1 << 20, kind="sum") | kw
-    with pytest.raises(ValueError):
-        phases.stream_bandwidth(**args)
-
-
-def test_linear_layers_are_every_matrix(model):
-    layers = phases.linear_layers(model)
-    assert len(layers) == LAYERS * 7 + 1   # q, k, v, o, gate, up, down per layer, plus the output head
-    assert sum(m.weight.numel() for m in layers) * 4 + HIDDEN * 4 * (2 * LAYERS + 1) == weight_bytes(model)
-    assert phases.matmul_only_seconds(model, repeats=2).median > 0
-
-
-# --------------------------------------------------------------------------- streaming
+    assert roofline.decode_bytes(model).cache == 0
 
 
 def test_stream_reply_is_the_cached_generation(model):
@@ -248,54 +164,6 @@ def test_ttft_sweep_one_row_per_length(model):
         assert all(ref.tolist() == [s.tokens] for s in r.streams)
 
 
-# --------------------------------------------------------------------------- arithmetic
-
-
-def test_prefill_is_the_work_of_p_cached_steps(model):
-    from helpers.attention import Dims
-    d = Dims.from_config(model.config)
-    assert phases.prefill_flops(d, 1) == phases.decode_flops(d, 0)
-    for p in (2, 7, 33):
-        assert phases.prefill_flops(d, p) == sum(phases.decode_flops(d, c) for c in range(p))
-
-
-def test_decode_flops_known_value():
-    from helpers.attention import Dims
-    d = Dims(layers=2, hidden=8, heads=2, kv_heads=1, head_dim=4, mlp=16, vocab=10)
-    weights = 2 * (8 * 4 * (2 * 2 + 2 * 1) + 3 * 8 * 16) + 8 * 10     # 2 layers of attention + MLP, the head
-    per_key = 2 * 2 * 2 * 4                                             # layers x heads x (q.k + p.v) x head_dim
-    assert phases.decode_flops(d, 5) == 2 * (weights + 6 * per_key)
-
-
-def test_roofline_min_and_intensity():
-    assert phases.arithmetic_intensity(100, 400) == 0.25
-    assert phases.attainable_gflops(0.5, 300.0, 20.0) == 10.0       # bandwidth-bound
-    assert phases.attainable_gflops(100.0, 300.0, 20.0) == 300.0    # compute-bound
-    with pytest.raises(ValueError):
-        phases.arithmetic_intensity(1, 0)
-    with pytest.raises(ValueError):
-        phases.attainable_gflops(1.0, 0.0, 20.0)
-
-
-def test_matmul_peak_counts_flops():
-    c = phases.matmul_peak(64, repeats=2)
-    assert c.flops == 2 * 64 ** 3
-    assert c.gflops == pytest.approx(c.flops / c.seconds / 1e9)
-    with pytest.raises(ValueError):
-        phases.matmul_peak(4)
-
-
-def test_tiny_twin_same_structure_far_fewer_bytes(model):
-    twin = phases.tiny_twin(model, head_dim=2, vocab=16)
-    assert type(twin) is type(model)
-    assert twin.config.num_hidden_layers == LAYERS
-    assert twin.config.num_attention_heads == HEADS and twin.config.num_key_value_heads == KV_HEADS
-    assert len(phases.linear_layers(twin)) == len(phases.linear_layers(model))
-    assert phases.weights_read_per_step(twin) * 20 < phases.weights_read_per_step(model)
-    with pytest.raises(ValueError):
-        phases.tiny_twin(model, head_dim=0)
-
-
 def test_decode_stepper_grows_the_cache_one_token_per_step(model):
     step, state = phases.decode_stepper(model, BASE, 10)
     assert kv_cache.cache_length(state[1]) == 10
@@ -333,19 +201,3 @@ def test_sweep_rows_fastest_is_at_most_the_median(model):
     for r in phases.decode_sweep(model, BASE, [4, 8], repeats=3, warmup=0):
         assert 0 < r.fastest <= r.seconds
 
-
-def test_limits_keep_the_best_repeat(monkeypatch):
-    from helpers.measure import Timing
-    monkeypatch.setattr(phases, "interleaved_medians",
-                        lambda cases, repeats, warmup: {k: Timing(2.0, [3.0, 1.0, 2.0]) for k in cases})
-    assert phases.stream_bandwidth(1 << 20).seconds == 1.0
-    assert phases.matmul_peak(64).seconds == 1.0
-
-
-@pytest.mark.parametrize("kind", ["sum", "gemv"])
-def test_stream_reader_reads_the_bytes_it_reports(kind):
-    fn, nbytes = phases.stream_reader(3 << 20, kind)
-    assert nbytes == 3 << 20
-    out = fn()
-    # a buffer of ones: the sum is its length, each row of the product is the row length
-    assert float(out.sum() if kind == "gemv" else out) == nbytes // 4

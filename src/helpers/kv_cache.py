@@ -147,17 +147,41 @@ def timed_generate(model, prompt_ids: torch.Tensor, n_new: int, cached: bool):
 
     Step 0 of the cached run is the prefill; the naive run has no such split.
     """
-    import time
+    from .measure import now
     _check_n(n_new)
     ids, cache, times = prompt_ids, None, []
     nxt = None
     for i in range(n_new):
-        t0 = time.perf_counter()
+        t0 = now()
         if cached:
             nxt, cache = prefill(model, prompt_ids) if i == 0 else decode_step(model, nxt, cache)
         else:
             logits, _ = forward(model, ids)
             nxt = greedy(logits)
-        times.append(time.perf_counter() - t0)
+        times.append(now() - t0)
         ids = torch.cat([ids, nxt], dim=1)
     return ids[:, prompt_ids.shape[1]:], times
+
+
+def step_growth(seconds) -> float:
+    """How much longer the last step is than the first, read off a straight line fitted to all of them.
+
+    Step 0 is skipped (in a cached run it is the prefill). A least-squares line over many steps shrugs off
+    the odd slow step that a busy machine throws in; comparing two single steps would not.
+    """
+    y = torch.as_tensor(seconds, dtype=torch.float64)[1:]
+    if len(y) < 2:
+        raise ValueError(f"a fitted growth needs at least 3 steps, got {len(y) + 1}.")
+    x = torch.arange(1, len(y) + 1, dtype=torch.float64)
+    slope = ((x - x.mean()) * (y - y.mean())).sum() / ((x - x.mean()) ** 2).sum()
+    first, last = y.mean() + slope * (x[0] - x.mean()), y.mean() + slope * (x[-1] - x.mean())
+    return (last / first).item()
+
+
+def log_log_slope(sizes, seconds) -> float:
+    """The exponent ``k`` of the best power law ``seconds ~ size ** k`` (a straight line on a log-log plot)."""
+    x = torch.log(torch.as_tensor(sizes, dtype=torch.float64))
+    y = torch.log(torch.as_tensor(seconds, dtype=torch.float64))
+    if len(x) < 2 or len(x) != len(y):
+        raise ValueError("log_log_slope needs at least two (size, time) pairs of equal length.")
+    return (((x - x.mean()) * (y - y.mean())).sum() / ((x - x.mean()) ** 2).sum()).item()
