@@ -1,6 +1,4 @@
 """Tests for helpers.phases on tiny random-init models (no download, seconds to run)."""
-import copy
-import warnings
 
 import pytest
 import torch

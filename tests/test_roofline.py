@@ -4,20 +4,11 @@ import warnings
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
 
-from helpers import kv_cache, phases, roofline
+from helpers import roofline
 from helpers.model import weight_bytes
 
-LAYERS, HIDDEN, HEADS, KV_HEADS, HEAD_DIM, MLP, VOCAB = 2, 64, 4, 2, 16, 128, 256
-
-
-def tiny(tied: bool = True) -> LlamaForCausalLM:
-    torch.manual_seed(0)
-    cfg = LlamaConfig(num_hidden_layers=LAYERS, hidden_size=HIDDEN, num_attention_heads=HEADS,
-                      num_key_value_heads=KV_HEADS, head_dim=HEAD_DIM, intermediate_size=MLP, vocab_size=VOCAB,
-                      max_position_embeddings=512, tie_word_embeddings=tied)
-    return LlamaForCausalLM(cfg).eval()
+from test_phases import HEAD_DIM, HEADS, HIDDEN, KV_HEADS, LAYERS, MLP, VOCAB, tiny   # the same tiny Llama
 
 
 @pytest.fixture(scope="module")

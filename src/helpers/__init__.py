@@ -5,8 +5,10 @@ One module per idea of the chapter:
 * :mod:`helpers.model`      loading the embedded (or any other) model
 * :mod:`helpers.kv_cache`   naive vs cached decoding, the cache adapter
 * :mod:`helpers.attention`  one attention head both ways, counting MACs
-* :mod:`helpers.phases`     prefill vs decode, memory bandwidth and the roofline, TTFT and streaming
-* :mod:`helpers.cache_size` bytes per token of KV cache, MHA/GQA/MQA, the cache calculator
+* :mod:`helpers.phases`     prefill vs decode timed, TTFT and streaming
+* :mod:`helpers.roofline`   memory bandwidth, the bytes and FLOPs of a step, the roofline
+* :mod:`helpers.cache_size` bytes per token of KV cache, MHA/GQA/MQA, sliding windows
+* :mod:`helpers.cache_calculator` the cache calculator (live and static)
 * :mod:`helpers.batching`   batch-size sweeps, static vs continuous batching (simulated and real)
 * :mod:`helpers.paged`      paged KV memory: block tables, fragmentation, prefix sharing
 * :mod:`helpers.quantization` absmax / zero-point / NF4 / Q4_1 weight quantization, error and bits accounting

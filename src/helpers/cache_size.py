@@ -28,10 +28,9 @@ the chapter teaches all of this; the calculator lives in
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 from fractions import Fraction
-from typing import Iterable, Sequence
+from typing import Iterable
 
 import torch
 
