@@ -57,7 +57,11 @@ def live(fn: Callable, **controls):
     import ipywidgets as widgets
     from IPython.display import HTML, display
 
+    on_screen = [False]
+
     def shown(**values):
+        if not on_screen[0]:      # the first run waits until the controls are shown, so that what it
+            return                # streams (stream_box) appears as it happens
         try:
             result = fn(**values)
         except ValueError as e:
@@ -72,6 +76,8 @@ def live(fn: Callable, **controls):
     built = {k: v.build() if isinstance(v, Control) else v for k, v in controls.items()}
     ui = widgets.interactive(shown, **built)
     display(ui)
+    on_screen[0] = True
+    ui.update()
     return ui
 
 

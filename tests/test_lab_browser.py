@@ -1,0 +1,328 @@
+"""The live chapter in a real browser: JupyterLab (and the instructor view) from this project's .venv,
+driven by Debian's Chromium through Playwright.
+
+For every notebook in notebooks/ (found by globbing, so new sections are covered without edits):
+
+* it opens unchanged (no "modified" mark before anything runs);
+* Run All finishes and the saved notebook holds no error output;
+* saving writes the paired MyST ``.md`` (``jupytext.toml``) with the same cells as the source;
+* every live control (``helpers.live``), moved one step, changes its output, and a move from the
+  defaults never answers with an error: the controls offer valid values;
+* every streaming output (``controls.stream_box``) shows its text growing token by token.
+
+The instructor view (Voila, ``make present``) is checked the same way on the streaming demo.
+Works on copies in a temporary folder: the real notebooks are never touched.
+"""
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PY = Path(sys.executable)
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+NOTEBOOKS = sorted(p.stem for p in (ROOT / "notebooks").glob("[0-9]*.md"))
+TOKEN = "mic-lab-test"
+RUN_ALL_TIMEOUT_S = 900        # a notebook's budget is ~90 s on quiet cores; CI machines are busier
+CONTROL_TIMEOUT_S = 240
+
+# JupyterLab settings for a quiet, offline test: every cell stays in the page, no news, no update check.
+LAB_SETTINGS = {
+    "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none"},
+    "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {"fetchNews": "false",
+                                                                         "checkForUpdates": False},
+}
+
+# Records every text a streaming output shows, with its time, from the moment the page loads.
+STREAM_LOG_JS = """
+window.__micStream = [];
+new MutationObserver(records => {
+  const now = performance.now();
+  for (const r of records) {
+    const node = r.target.nodeType === 1 ? r.target : r.target.parentElement;
+    const box = node && node.closest('.mic-stream');
+    if (box) window.__micStream.push({t: now, text: box.textContent});
+  }
+}).observe(document, {subtree: true, childList: true, characterData: true});
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for_http(url: str, proc: subprocess.Popen, what: str, timeout: float = 120):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if proc.poll() is not None:
+            pytest.fail(f"{what} exited with code {proc.returncode}; see its log above.")
+        try:
+            with urllib.request.urlopen(url, timeout=5):
+                return
+        except OSError:
+            time.sleep(0.5)
+    pytest.fail(f"{what} did not answer on {url} within {timeout} s.")
+
+
+def stop(proc: subprocess.Popen):
+    proc.terminate()
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+def kernel_env() -> dict:
+    env = dict(os.environ, OMP_WAIT_POLICY=os.environ.get("OMP_WAIT_POLICY", "PASSIVE"))
+    env.pop("MIC_STATIC", None)          # live controls must be live
+    return env
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    """Copies of the sources and the jupytext configuration; the .ipynb prepared as `make lab` does."""
+    d = tmp_path_factory.mktemp("live-chapter")
+    shutil.copy(ROOT / "jupytext.toml", d)
+    for name in NOTEBOOKS:
+        shutil.copy(ROOT / "notebooks" / f"{name}.md", d)
+    subprocess.run([PY, ROOT / "scripts" / "lab-notebooks", d], check=True)
+    return d
+
+
+@pytest.fixture(scope="module")
+def lab(workdir, tmp_path_factory):
+    """JupyterLab from this environment on a free 127.0.0.1 port, with fresh settings and workspaces."""
+    state = tmp_path_factory.mktemp("lab-state")
+    for rel, value in LAB_SETTINGS.items():
+        (state / "settings" / rel).parent.mkdir(parents=True, exist_ok=True)
+        (state / "settings" / rel).write_text(json.dumps(value))
+    env = dict(kernel_env(), JUPYTERLAB_SETTINGS_DIR=str(state / "settings"),
+               JUPYTERLAB_WORKSPACES_DIR=str(state / "workspaces"), JUPYTER_RUNTIME_DIR=str(state / "runtime"))
+    port = free_port()
+    proc = subprocess.Popen([PY, "-m", "jupyter", "lab", "--no-browser", f"--port={port}", "--ip=127.0.0.1",
+                             f"--ServerApp.token={TOKEN}", f"--ServerApp.root_dir={workdir}",
+                             "--ServerApp.allow_root=True", "--ServerApp.port_retries=0",
+                             "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"],
+                            cwd=workdir, env=env)
+    url = f"http://127.0.0.1:{port}"
+    wait_for_http(f"{url}/api/status?token={TOKEN}", proc, "JupyterLab")
+    yield url
+    stop(proc)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not os.path.exists(CHROMIUM):
+        pytest.fail("Debian's chromium is missing: run scripts/install-system-deps (apt-get install chromium).")
+    from playwright.sync_api import sync_playwright
+    with sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=[
+            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+            "--disable-component-update", "--disable-sync"])   # launch() always uses a fresh, empty profile
+        yield b
+        b.close()
+
+
+def api(url: str, path: str, method: str = "GET"):
+    req = urllib.request.Request(f"{url}{path}?token={TOKEN}", method=method)
+    with urllib.request.urlopen(req, timeout=30) as r:
+        body = r.read()
+    return json.loads(body) if body else None
+
+
+# ------------------------------------------------------------------ what the page shows
+
+IDLE_JS = """() => {
+  const ind = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook-ExecutionIndicator');
+  return !!ind && ind.getAttribute('data-status') === 'idle';
+}"""
+DIRTY_JS = "() => document.querySelectorAll('.lm-TabBar-tab.jp-mod-current.jp-mod-dirty').length > 0"
+PROMPTS_JS = """() => Array.from(document.querySelectorAll('.jp-CodeCell .jp-InputArea-prompt'))
+    .map(p => p.textContent.trim())"""
+
+# What an output area shows: its text (plotly's toolbar left out) and every plotly figure's data and title.
+OUTPUT_JS = """(el) => {
+  const text = Array.from(el.querySelectorAll('.jp-OutputArea-output'))
+      .map(o => { const c = o.cloneNode(true); c.querySelectorAll('.modebar-container').forEach(m => m.remove());
+                  return c.textContent; }).join('\\n');
+  const figs = Array.from(el.querySelectorAll('.js-plotly-plot')).map(gd => JSON.stringify([
+      (gd.data || []).map(t => [t.visible, t.x, t.y, t.z, t.text]), gd.layout && gd.layout.title]));
+  const errors = Array.from(el.querySelectorAll('[data-mime-type="application/vnd.jupyter.stderr"]'))
+      .map(e => e.textContent).filter(t => /Traceback|Error|Exception/.test(t));
+  return {shown: text + figs.join(''), errors, warning: text.includes('\\u26a0'), text: text.slice(0, 300)};
+}"""
+
+
+def wait_idle(page, timeout_s: float, what: str):
+    """Wait until the kernel is idle and no cell is queued, twice in a row a second apart."""
+    end = time.monotonic() + timeout_s
+    calm = 0
+    while time.monotonic() < end:
+        busy = not page.evaluate(IDLE_JS) or any("*" in p for p in page.evaluate(PROMPTS_JS))
+        calm = 0 if busy else calm + 1
+        if calm >= 2:
+            return
+        page.wait_for_timeout(1000)
+    pytest.fail(f"{what} did not finish within {timeout_s} s")
+
+
+def run_menu(page, item: str):
+    page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
+    page.locator(".lm-Menu-itemLabel", has_text=re.compile(f"^{re.escape(item)}$")).click()
+
+
+def stream_texts(page, since: float) -> list[tuple[float, str]]:
+    log = page.evaluate("(since) => window.__micStream.filter(e => e.t >= since)", since)
+    out = []
+    for e in log:                             # keep the successive distinct texts
+        if not out or out[-1][1] != e["text"]:
+            out.append((e["t"], e["text"]))
+    return out
+
+
+def assert_streamed(texts: list[tuple[float, str]], what: str):
+    """Tokens appeared one after another: at least 3 successively longer texts, spread over time."""
+    growing = [t for (t, s), (_, prev) in zip(texts[1:], texts) if len(s) > len(prev) and s.startswith(prev[:20])]
+    assert len(growing) >= 3 and growing[-1] - growing[0] > 50, (
+        f"{what}: the streaming output did not grow token by token "
+        f"({len(texts)} texts seen: {[s[-60:] for _, s in texts[:6]]})")
+
+
+def move(control, page) -> str:
+    """Move one ipywidgets control by one valid step; returns what was done, or '' if it is not a control."""
+    sel = control.locator("select")
+    if sel.count():
+        options = sel.evaluate("s => Array.from(s.options).map(o => o.value)")
+        current = sel.evaluate("s => s.selectedIndex")
+        if len(options) < 2:
+            return ""
+        sel.select_option(index=(current + 1) % len(options))
+        return f"dropdown -> option {(current + 1) % len(options)} of {len(options)}"
+    handle = control.locator(".noUi-handle")
+    if handle.count():
+        before = control.locator(".widget-readout").inner_text()
+        handle.first.focus()
+        page.keyboard.press("ArrowRight")
+        page.wait_for_timeout(200)
+        if control.locator(".widget-readout").inner_text() == before:      # already at the top
+            page.keyboard.press("ArrowLeft")
+        return f"slider {before} -> {control.locator('.widget-readout').inner_text()}"
+    box = control.locator("input[type=checkbox]")
+    if box.count():
+        box.first.click()
+        return "checkbox toggled"
+    field = control.locator("input[type=number]")
+    if field.count():
+        value = field.first.input_value()
+        new = str(float(value) + 1) if "." in value else str(int(value) + 1)
+        field.first.fill(new)
+        field.first.press("Enter")
+        return f"number {value} -> {new}"
+    field = control.locator("input[type=text], textarea")
+    if field.count():
+        value = field.first.input_value()
+        field.first.fill(value + " Tell me more.")
+        field.first.press("Enter")
+        return "text edited"
+    return ""
+
+
+def exercise_controls(page, name: str) -> list[str]:
+    """Move every live control of the page one step; check each changes its output. Returns a report."""
+    report = []
+    interacts = page.locator(".widget-interact")
+    for i in range(interacts.count()):
+        ui = interacts.nth(i)
+        ui.scroll_into_view_if_needed()
+        out = ui.locator(":scope > .widget-output")
+        children = ui.locator(":scope > *:not(.widget-output)")
+        first_move = True
+        for j in range(children.count()):
+            before = out.evaluate(OUTPUT_JS)
+            since = page.evaluate("performance.now()")
+            done = move(children.nth(j), page)
+            if not done:
+                continue
+            label = children.nth(j).locator(".widget-label").first
+            label = label.inner_text() if label.count() else f"control {j}"
+            end = time.monotonic() + CONTROL_TIMEOUT_S
+            while True:
+                page.wait_for_timeout(500)
+                after = out.evaluate(OUTPUT_JS)
+                if after["shown"] != before["shown"] and page.evaluate(IDLE_JS):
+                    break
+                assert time.monotonic() < end, f"{name}: moving '{label}' ({done}) did not change its output"
+            assert not after["errors"], f"{name}: moving '{label}' ({done}) raised: {after['errors'][0][-800:]}"
+            assert not (first_move and after["warning"]), (
+                f"{name}: '{label}' moved one step from its default ({done}) answered with an error line: "
+                f"{after['text']!r}; offer only valid values")
+            first_move = False
+            streamed = ""
+            if out.locator(".mic-stream").count():
+                assert_streamed(stream_texts(page, since), f"{name}: after moving '{label}'")
+                streamed = ", streamed token by token"
+            report.append(f"{name}: live control {i + 1}, '{label}': {done}; output changed{streamed}")
+    return report
+
+
+def open_notebook(browser, url: str, name: str):
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.add_init_script(STREAM_LOG_JS)
+    page.goto(f"{url}/lab/tree/{name}.ipynb?token={TOKEN}&reset", wait_until="load")
+    page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
+    wait_idle(page, 120, f"{name}: starting the kernel")
+    return page
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_live_notebook_runs_saves_to_its_source_and_every_control_responds(browser, lab, workdir, name):
+    t0 = time.monotonic()
+    md = workdir / f"{name}.md"
+    md_before = md.read_text()
+    mtime = md.stat().st_mtime
+    page = open_notebook(browser, lab, name)
+    page.wait_for_timeout(1500)
+    assert not page.evaluate(DIRTY_JS), f"{name} opens already marked as changed"
+
+    run_menu(page, "Run All Cells")
+    page.wait_for_function("() => document.querySelector('.jp-CodeCell .jp-InputArea-prompt') !== null")
+    page.wait_for_timeout(2000)
+    wait_idle(page, RUN_ALL_TIMEOUT_S, f"{name}: Run All")
+    t_run = time.monotonic() - t0
+
+    page.keyboard.press("Control+s")
+    page.wait_for_function(f"() => !({DIRTY_JS})()", timeout=60_000)
+    nb = json.loads((workdir / f"{name}.ipynb").read_text())
+    errors = [(c["source"][:200], o) for c in nb["cells"] if c["cell_type"] == "code"
+              for o in c.get("outputs", []) if o["output_type"] == "error"]
+    assert not errors, f"{name}: Run All left an error: {errors[0][1]['ename']}: {errors[0][1]['evalue']} " \
+                       f"in the cell starting {errors[0][0]!r}"
+    unrun = [c["source"][:80] for c in nb["cells"] if c["cell_type"] == "code" and c["execution_count"] is None]
+    assert not unrun, f"{name}: Run All stopped before {unrun[0]!r}"
+    assert md.stat().st_mtime > mtime, f"saving {name}.ipynb did not write {name}.md: is jupytext.toml pairing?"
+    assert body(md.read_text()) == body(md_before), f"saving {name} changed its .md beyond the header"
+
+    if page.locator(".mic-stream").count():            # streaming outputs streamed during Run All too
+        assert_streamed(stream_texts(page, 0), f"{name}: Run All")
+    report = exercise_controls(page, name)
+    page.close()
+    for s in api(lab, "/api/sessions"):                 # free the kernel's memory for the next notebook
+        api(lab, f"/api/sessions/{s['id']}", "DELETE")
+    print(f"\n{name}: Run All {t_run:.0f} s, with controls {time.monotonic() - t0:.0f} s; "
+          f"{len(report)} live controls moved")
+    print("\n".join(report))
+
+
+def body(md_text: str) -> str:
+    """A MyST notebook without its YAML header (jupytext may write the header in block style)."""
+    return md_text.split("\n---\n", 1)[1] if md_text.startswith("---\n") else md_text
