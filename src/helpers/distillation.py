@@ -1,0 +1,266 @@
+"""Distillation (section 9): soft labels, temperature, a student made from the teacher, and the KD loss.
+
+* :func:`soft_labels` and :func:`top_to_third`: the teacher's whole next-token distribution, flattened by a
+  temperature T. Ratios of probabilities are ``exp((z_i - z_j) / T)``, so at T = 2 every ratio is the square
+  root of its value at T = 1.
+* :func:`student_from_teacher`: a smaller model built from the teacher's own decoder layers (every k-th, as
+  DistilBERT and DistilGPT2 were initialised, or the first k). Layers are found through the module tree, so
+  any transformers causal LM works, not only Llama.
+* :func:`add_exit_adapter`: a trained residual linear map in front of the LM head: the "first layers plus an
+  exit adapter" student. It starts at zero, i.e. as plain early exit.
+* :func:`teacher_targets` stores the teacher's top-k logits once (the full distribution costs
+  :func:`full_logits_bytes` per token); :func:`kd_loss` is KL(teacher/T || student/T) x T² on them (Hinton
+  et al. 2015), :func:`hard_loss` the ordinary next-token cross-entropy it is compared with.
+* :func:`train` runs either loss for a fixed number of seeded, deterministic steps with a progress bar;
+  :func:`evaluate` reports held-out KL, perplexity and top-1 agreement with the teacher.
+"""
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import torch
+import torch.nn.functional as F
+
+# --------------------------------------------------------------------------- soft labels and temperature
+
+
+def soft_labels(logits: torch.Tensor, T: float = 1.0) -> torch.Tensor:
+    """softmax(logits / T): T > 1 flattens the distribution, T < 1 sharpens it."""
+    if not T > 0:
+        raise ValueError(f"The temperature T must be a positive number, got {T}.")
+    return torch.softmax(logits.double() / T, dim=-1)
+
+
+def top_to_third(probs: torch.Tensor) -> float:
+    """p(most likely token) / p(third most likely token)."""
+    top = torch.topk(probs, 3).values
+    return float(top[0] / top[2])
+
+
+def full_logits_bytes(vocab: int, bytes_per_logit: int = 4) -> int:
+    """Bytes to store the teacher's full next-token logits for one token (fp32 by default)."""
+    return vocab * bytes_per_logit
+
+
+# --------------------------------------------------------------------------- the student
+
+
+def decoder_layers(model: torch.nn.Module) -> tuple[str, torch.nn.ModuleList]:
+    """The model's stack of decoder layers: the ModuleList with one entry per hidden layer (any architecture)."""
+    n = model.config.num_hidden_layers
+    found = [(name, m) for name, m in model.named_modules() if isinstance(m, torch.nn.ModuleList) and len(m) == n]
+    if len(found) != 1:
+        raise ValueError(f"Found {len(found)} module lists of {n} layers in this model, expected one: "
+                         f"pass a transformers causal language model.")
+    return found[0]
+
+
+def every_kth(n_layers: int, k: int) -> list[int]:
+    """Layers 0, k, 2k, ... (DistilBERT kept one layer in two)."""
+    if not 1 <= k <= n_layers:
+        raise ValueError(f"k must be between 1 and the {n_layers} layers, got {k}.")
+    return list(range(0, n_layers, k))
+
+
+def student_from_teacher(teacher: torch.nn.Module, keep: Sequence[int]) -> torch.nn.Module:
+    """A new model of the teacher's class with only the decoder layers ``keep`` (copied), everything else shared
+    by value: embedding, final norm, LM head. Per-layer settings (``layer_types``: sliding or full) follow."""
+    n = teacher.config.num_hidden_layers
+    keep = list(keep)
+    if not keep or sorted(set(keep)) != keep or not 0 <= keep[0] <= keep[-1] < n:
+        raise ValueError(f"keep must be increasing layer indices between 0 and {n - 1}, got {keep}.")
+    cfg = copy.deepcopy(teacher.config)
+    cfg.num_hidden_layers = len(keep)
+    if isinstance(getattr(cfg, "layer_types", None), list):
+        cfg.layer_types = [cfg.layer_types[i] for i in keep]
+    prefix, _ = decoder_layers(teacher)
+    new_index = {old: new for new, old in enumerate(keep)}
+    state = {}
+    for key, value in teacher.state_dict().items():
+        if key.startswith(prefix + "."):
+            old, rest = key[len(prefix) + 1:].split(".", 1)
+            if int(old) not in new_index:
+                continue
+            key = f"{prefix}.{new_index[int(old)]}.{rest}"
+        state[key] = value
+    with torch.device("cpu"):
+        student = type(teacher)(cfg)
+    student.load_state_dict(state)
+    p = next(teacher.parameters())
+    return student.to(device=p.device, dtype=p.dtype).eval()
+
+
+class ExitAdapter(torch.nn.Module):
+    """h -> h + W h + b in front of the LM head, zero at the start (so the student starts as plain early exit)."""
+
+    def __init__(self, hidden: int):
+        super().__init__()
+        self.proj = torch.nn.Linear(hidden, hidden)
+        torch.nn.init.zeros_(self.proj.weight)
+        torch.nn.init.zeros_(self.proj.bias)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return h + self.proj(h)
+
+
+def add_exit_adapter(student: torch.nn.Module) -> ExitAdapter:
+    """Put a trainable :class:`ExitAdapter` in front of the student's LM head (a forward pre-hook)."""
+    head = student.get_output_embeddings()
+    p = head.weight
+    adapter = ExitAdapter(p.shape[1]).to(device=p.device, dtype=p.dtype)
+    student.add_module("exit_adapter", adapter)
+    head.register_forward_pre_hook(lambda module, args: (adapter(args[0]),) + tuple(args[1:]))
+    return adapter
+
+
+@torch.no_grad()
+def head_inputs(model: torch.nn.Module, ids: torch.Tensor, batch: int = 8) -> torch.Tensor:
+    """What reaches the LM head (after the final norm, before any exit adapter) at every position of ``ids``."""
+    head, captured = model.get_output_embeddings(), []
+    hook = head.register_forward_pre_hook(lambda module, args: captured.append(args[0].detach().clone()),
+                                          prepend=True)
+    try:
+        for i in range(0, ids.shape[0], batch):
+            model(ids[i:i + batch], use_cache=False)
+    finally:
+        hook.remove()
+    return torch.cat(captured)
+
+
+# --------------------------------------------------------------------------- the losses
+
+
+@dataclass
+class Targets:
+    """The teacher's top-k logits at every position: what distillation stores instead of the full vocabulary."""
+    values: torch.Tensor     # (rows, tokens, k) logits, largest first
+    indices: torch.Tensor    # (rows, tokens, k) token ids
+
+    @property
+    def nbytes(self) -> int:
+        return self.values.numel() * self.values.element_size() + self.indices.numel() * 4   # ids fit in int32
+
+
+@torch.no_grad()
+def teacher_targets(teacher: torch.nn.Module, ids: torch.Tensor, k: int = 32, batch: int = 8) -> Targets:
+    """Run the teacher once over ``ids`` (rows, tokens) and keep the top-``k`` logits at every position."""
+    vals, idx = [], []
+    for i in range(0, ids.shape[0], batch):
+        top = teacher(ids[i:i + batch], use_cache=False).logits.float().topk(k, dim=-1)
+        vals.append(top.values)
+        idx.append(top.indices)
+    return Targets(torch.cat(vals), torch.cat(idx))
+
+
+def kd_loss(student_logits: torch.Tensor, targets: Targets, T: float = 1.0) -> torch.Tensor:
+    """KL(teacher/T || student/T) x T², with the teacher's distribution renormalised over its stored top-k.
+
+    The student's log-probabilities are over the whole vocabulary, so mass it puts elsewhere is penalised.
+    The T² keeps gradients the same size whatever T is (Hinton et al. 2015).
+    """
+    log_q = torch.log_softmax(student_logits.float() / T, dim=-1).gather(-1, targets.indices)
+    log_p = torch.log_softmax(targets.values / T, dim=-1)
+    return (log_p.exp() * (log_p - log_q)).sum(-1).mean() * T * T
+
+
+def hard_loss(student_logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy against the text's own next token (the one-hot "hard label")."""
+    return F.cross_entropy(student_logits[:, :-1].flatten(0, 1).float(), ids[:, 1:].flatten())
+
+
+# --------------------------------------------------------------------------- training and evaluation
+
+
+def train(step_loss: Callable[[int], torch.Tensor], params, steps: int, lr: float, seed: int = 0,
+          desc: str = "training", every: int = 0, on_checkpoint: Callable[[int], object] | None = None):
+    """Adam on ``params`` for ``steps`` steps of ``step_loss(step)``; returns (losses, checkpoints).
+
+    Seeded and run with deterministic algorithms, so the same inputs give the same curve on the same machine.
+    ``on_checkpoint(step)`` is called before the first step and then every ``every`` steps (held-out metrics).
+    """
+    from .measure import progress
+    if steps < 1 or not lr > 0:
+        raise ValueError(f"steps must be at least 1 and lr positive, got {steps} and {lr}.")
+    params = list(params)
+    torch.manual_seed(seed)
+    was = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    opt = torch.optim.Adam(params, lr=lr)
+    losses, checkpoints = [], []
+    try:
+        for step in progress(range(steps), desc=desc):
+            if on_checkpoint is not None and every and step % every == 0:
+                checkpoints.append((step, on_checkpoint(step)))
+            loss = step_loss(step)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(float(loss))
+        if on_checkpoint is not None and every:
+            checkpoints.append((steps, on_checkpoint(steps)))
+    finally:
+        torch.use_deterministic_algorithms(was)
+    return losses, checkpoints
+
+
+@dataclass(frozen=True)
+class HeldOut:
+    kl: float            # mean KL(teacher || student) per position, nats
+    perplexity: float    # of the student on the held-out text itself
+    agreement: float     # fraction of positions where the student's top token is the teacher's
+
+
+@torch.no_grad()
+def evaluate(student_logits: torch.Tensor, teacher_logits: torch.Tensor, ids: torch.Tensor) -> HeldOut:
+    """Held-out KL to the teacher, perplexity on the text, and top-1 agreement with the teacher."""
+    log_q = torch.log_softmax(student_logits.float(), -1)
+    log_p = torch.log_softmax(teacher_logits.float(), -1)
+    kl = float((log_p.exp() * (log_p - log_q)).sum(-1).mean())
+    ppl = math.exp(float(hard_loss(student_logits, ids)))
+    agree = float((student_logits.argmax(-1) == teacher_logits.argmax(-1)).float().mean())
+    return HeldOut(kl, ppl, agree)
+
+
+# --------------------------------------------------------------------------- TEMPORARY (until helpers.speculative)
+
+
+@torch.inference_mode()
+def temporary_speculative_generate(target, draft, prompt_ids: torch.Tensor, n_new: int, gamma: int):
+    """TEMPORARY stand-in for ``helpers.speculative.speculative_generate`` (section 8), greedy only, batch 1.
+
+    The draft proposes ``gamma`` tokens, the target checks them in one pass, the longest agreeing prefix is kept
+    plus the target's own next token. Returns (tokens (1, n_new), stats dict). To be replaced by section 8's helper.
+    """
+    from . import kv_cache as kc
+    from .measure import now
+    t0 = now()
+    last, tcache = kc.prefill(target, prompt_ids[:, :-1]) if prompt_ids.shape[1] > 1 else (None, kc.new_cache(target))
+    _, dcache = kc.forward(draft, prompt_ids[:, :-1], cache=kc.new_cache(draft)) if prompt_ids.shape[1] > 1 \
+        else (None, kc.new_cache(draft))
+    last, out, proposed, accepted = prompt_ids[:, -1:], [], 0, 0
+    while len(out) < n_new:
+        held = kc.cache_length(tcache)                      # every committed token but `last`
+        proposals, d_in = [], last
+        for _ in range(gamma):
+            logits, dcache = kc.forward(draft, d_in, cache=dcache)
+            d_in = kc.greedy(logits)
+            proposals.append(d_in)
+        logits, tcache = kc.forward(target, torch.cat([last] + proposals, dim=1), cache=tcache)
+        checks = logits[0].argmax(-1)
+        n_ok = 0
+        while n_ok < gamma and int(proposals[n_ok]) == int(checks[n_ok]):
+            n_ok += 1
+        proposed, accepted = proposed + gamma, accepted + n_ok
+        new = [int(p) for p in proposals[:n_ok]] + [int(checks[n_ok])]
+        out += new
+        kc.crop_cache(tcache, held + 1 + n_ok)
+        if n_ok == gamma:                                   # the draft never saw its own last proposal
+            _, dcache = kc.forward(draft, proposals[-1], cache=dcache)
+        kc.crop_cache(dcache, held + 1 + n_ok)
+        last = torch.tensor([[new[-1]]], device=prompt_ids.device)
+    tokens = torch.tensor([out[:n_new]], device=prompt_ids.device)
+    return tokens, dict(acceptance_rate=accepted / proposed, proposed=proposed, accepted=accepted,
+                        seconds=now() - t0)

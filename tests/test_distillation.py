@@ -1,0 +1,106 @@
+"""Distillation helpers: temperature, the student made from the teacher, the KD loss, deterministic training."""
+import math
+
+import pytest
+import torch
+
+from helpers import distillation as D
+
+
+def test_ratios_at_temperature_two_are_square_roots_of_ratios_at_one():
+    z = torch.tensor([3.0, 2.7, 2.2, 1.0, -4.0], dtype=torch.float64)
+    r1, r2 = D.top_to_third(D.soft_labels(z, 1.0)), D.top_to_third(D.soft_labels(z, 2.0))
+    assert r2 == pytest.approx(math.sqrt(r1), rel=1e-12)
+    assert r1 == pytest.approx(math.exp(3.0 - 2.2), rel=1e-12)
+
+
+def test_full_logits_of_our_vocabulary_cost_about_197_kb_per_token():
+    assert D.full_logits_bytes(49_152) == 196_608
+
+
+def test_a_student_keeping_every_layer_is_the_teacher(tiny_llama):
+    ids = torch.randint(0, 97, (2, 9), generator=torch.Generator().manual_seed(0))
+    student = D.student_from_teacher(tiny_llama, [0, 1])
+    with torch.no_grad():
+        assert torch.equal(student(ids).logits, tiny_llama(ids).logits)
+
+
+def test_a_student_copies_the_kept_layers_and_renumbers_them(tiny_llama):
+    student = D.student_from_teacher(tiny_llama, [1])
+    _, t_layers = D.decoder_layers(tiny_llama)
+    _, s_layers = D.decoder_layers(student)
+    assert len(s_layers) == 1 and student.config.num_hidden_layers == 1
+    for (n1, p1), (n2, p2) in zip(t_layers[1].named_parameters(), s_layers[0].named_parameters()):
+        assert n1 == n2 and torch.equal(p1, p2) and p1.data_ptr() != p2.data_ptr()   # a copy, not a view
+    # the copy can be trained without touching the teacher
+    assert D.every_kth(30, 5) == [0, 5, 10, 15, 20, 25]
+
+
+def test_a_student_of_a_sliding_window_model_keeps_its_layer_types(second_model_dir):
+    from transformers import AutoModelForCausalLM
+    teacher = AutoModelForCausalLM.from_pretrained(second_model_dir).eval()
+    keep = D.every_kth(teacher.config.num_hidden_layers, 2)
+    student = D.student_from_teacher(teacher, keep)
+    assert student.config.layer_types == [teacher.config.layer_types[i] for i in keep]
+    with torch.no_grad():
+        out = student(torch.tensor([[1, 2, 3, 4]])).logits
+    assert out.shape[-1] == teacher.config.vocab_size
+
+
+def test_a_zero_exit_adapter_changes_nothing_and_a_trained_one_does(tiny_llama):
+    ids = torch.randint(0, 97, (1, 7), generator=torch.Generator().manual_seed(1))
+    student = D.student_from_teacher(tiny_llama, [0])
+    with torch.no_grad():
+        before = student(ids).logits
+        adapter = D.add_exit_adapter(student)
+        assert torch.equal(student(ids).logits, before)
+        adapter.proj.bias.fill_(0.1)
+        h = D.head_inputs(student, ids)       # what reaches the head, before the adapter
+        head = student.get_output_embeddings()
+        assert torch.equal(torch.nn.functional.linear(h, head.weight), before)
+        assert torch.equal(student(ids).logits, head(h))     # calling the head applies the adapter (its pre-hook)
+        assert not torch.allclose(student(ids).logits, before)
+
+
+def test_kd_loss_with_every_logit_stored_is_the_full_kl_times_t_squared():
+    g = torch.Generator().manual_seed(0)
+    t, s = torch.randn(2, 5, 11, generator=g), torch.randn(2, 5, 11, generator=g)
+    full = D.Targets(*t.topk(11, dim=-1))
+    for T in (1.0, 2.0):
+        ref = torch.nn.functional.kl_div(torch.log_softmax(s / T, -1), torch.log_softmax(t / T, -1),
+                                         log_target=True, reduction="none").sum(-1).mean() * T * T
+        assert torch.allclose(D.kd_loss(s, full, T), ref, atol=1e-6)
+    assert float(D.kd_loss(t, full, 2.0)) == pytest.approx(0.0, abs=1e-6)
+    assert float(D.kd_loss(t, D.Targets(*t.topk(3, dim=-1)), 1.0)) > 0    # top-k: mass elsewhere is penalised
+
+
+def test_evaluate_a_student_identical_to_the_teacher():
+    t = torch.randn(1, 6, 13, generator=torch.Generator().manual_seed(2))
+    ids = torch.randint(0, 13, (1, 6))
+    r = D.evaluate(t, t, ids)
+    assert r.agreement == 1.0 and r.kl == pytest.approx(0.0, abs=1e-6) and r.perplexity > 1
+
+
+def test_training_is_deterministic_and_lowers_the_loss(tiny_llama):
+    ids = torch.randint(0, 97, (2, 12), generator=torch.Generator().manual_seed(3))
+    targets = D.teacher_targets(tiny_llama, ids, k=8)
+    assert targets.values.shape == (2, 12, 8) and targets.nbytes == 2 * 12 * 8 * 8
+
+    def run():
+        student = D.student_from_teacher(tiny_llama, [0])
+        adapter = D.add_exit_adapter(student)
+        h = D.head_inputs(student, ids)
+        head = student.get_output_embeddings()    # its pre-hook applies the adapter
+        losses, _ = D.train(lambda step: D.kd_loss(head(h), targets, 2.0), adapter.parameters(), steps=6, lr=1e-2)
+        return losses
+
+    a, b = run(), run()
+    assert a == b and a[-1] < a[0]
+
+
+def test_bad_input_gets_one_sentence(tiny_llama):
+    for bad in (lambda: D.soft_labels(torch.zeros(3), 0.0), lambda: D.every_kth(30, 0),
+                lambda: D.student_from_teacher(tiny_llama, [1, 0]), lambda: D.student_from_teacher(tiny_llama, [5])):
+        with pytest.raises(ValueError) as e:
+            bad()
+        assert "\n" not in str(e.value) and str(e.value).endswith(".")
