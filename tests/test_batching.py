@@ -7,6 +7,8 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from helpers import batching as bt
+from helpers import scheduling as sc
+from helpers import slots as sl
 from helpers import kv_cache as kc
 
 
@@ -32,17 +34,17 @@ def ragged():
 
 @pytest.fixture(scope="module")
 def solo(tiny, ragged):
-    return [bt.solo_outputs(tiny, p, n) for p, n in zip(*ragged)]
+    return [sl.solo_outputs(tiny, p, n) for p, n in zip(*ragged)]
 
 
 # --------------------------------------------------------------------------- the real scheduler
 
 
-@pytest.mark.parametrize("policy", bt.POLICIES)
+@pytest.mark.parametrize("policy", sc.POLICIES)
 @pytest.mark.parametrize("slots", [1, 4])
 def test_serve_gives_every_request_its_solo_output(tiny, ragged, solo, policy, slots):
     prompts, lengths = ragged
-    s = bt.serve(tiny, prompts, lengths, slots, policy)
+    s = sl.serve(tiny, prompts, lengths, slots, policy)
     for i, n in enumerate(lengths):
         assert s.outputs[i] == solo[i], f"request {i} differs from its solo run"
         assert len(s.outputs[i]) == n
@@ -50,8 +52,8 @@ def test_serve_gives_every_request_its_solo_output(tiny, ragged, solo, policy, s
 
 def test_static_pays_padding_continuous_does_not(tiny, ragged, solo):
     prompts, lengths = ragged
-    st = bt.serve(tiny, prompts, lengths, 3, "static")
-    co = bt.serve(tiny, prompts, lengths, 3, "continuous")
+    st = sl.serve(tiny, prompts, lengths, 3, "static")
+    co = sl.serve(tiny, prompts, lengths, 3, "continuous")
     assert all(st.outputs[i] == co.outputs[i] == solo[i] for i in range(len(lengths)))
     groups = [lengths[i:i + 3] for i in range(0, len(lengths), 3)]
     # the first token of every request comes from its prefill, the rest from batched steps
@@ -67,9 +69,9 @@ def test_static_pays_padding_continuous_does_not(tiny, ragged, solo):
 
 def test_side_by_side_gives_the_same_schedules_as_separate_runs(tiny, ragged, solo):
     prompts, lengths = ragged
-    both = bt.serve_side_by_side(tiny, prompts, lengths, 3)
+    both = sl.serve_side_by_side(tiny, prompts, lengths, 3)
     for policy, s in both.items():
-        alone = bt.serve(tiny, prompts, lengths, 3, policy)
+        alone = sl.serve(tiny, prompts, lengths, 3, policy)
         assert s.outputs == alone.outputs and s.steps == alone.steps and s.slot == alone.slot
         assert all(s.outputs[i] == solo[i] for i in range(len(lengths)))
         assert 0 < s.makespan and all(0 <= a <= f <= r <= s.makespan for a, f, r in zip(s.admit, s.finish, s.release))
@@ -77,7 +79,7 @@ def test_side_by_side_gives_the_same_schedules_as_separate_runs(tiny, ragged, so
 
 def test_work_clock_stops_while_waiting():
     ticks = iter([0.0, 1.0, 5.0, 6.5, 7.0])
-    c = bt.WorkClock(lambda: next(ticks))
+    c = sl.WorkClock(lambda: next(ticks))
     c.start()      # 0
     c.stop()       # 1: one second of work
     c.start()      # 5: four seconds waiting, not counted
@@ -87,7 +89,7 @@ def test_work_clock_stops_while_waiting():
 
 
 def _two_rows(tiny, p1, p2):
-    b = bt.SlotBatch(tiny)
+    b = sl.SlotBatch(tiny)
     first = [b.add(p1), b.add(p2)]
     return b, first
 
@@ -95,7 +97,7 @@ def _two_rows(tiny, p1, p2):
 def test_slot_batch_rows_match_solo_and_broken_masks_or_positions_do_not(tiny):
     g = torch.Generator().manual_seed(5)
     p1, p2 = torch.randint(0, 256, (1, 3), generator=g), torch.randint(0, 256, (1, 12), generator=g)
-    solo = [bt.solo_outputs(tiny, p, 8) for p in (p1, p2)]
+    solo = [sl.solo_outputs(tiny, p, 8) for p in (p1, p2)]
     # the short row's logits after one batched step, against its own next step alone
     nxt, cache = kc.prefill(tiny, p1)
     with torch.inference_mode():
@@ -142,13 +144,13 @@ def test_cache_round_trip(tiny):
 def test_serve_rejects_bad_input(tiny, ragged):
     prompts, lengths = ragged
     with pytest.raises(ValueError, match="slots"):
-        bt.serve(tiny, prompts, lengths, 0, "continuous")
+        sl.serve(tiny, prompts, lengths, 0, "continuous")
     with pytest.raises(ValueError, match="empty"):
-        bt.serve(tiny, [], [], 2, "static")
+        sl.serve(tiny, [], [], 2, "static")
     with pytest.raises(ValueError, match="policy"):
-        bt.serve(tiny, prompts, lengths, 2, "greedy")
+        sl.serve(tiny, prompts, lengths, 2, "greedy")
     with pytest.raises(ValueError, match="one output length per prompt"):
-        bt.serve(tiny, prompts, lengths[:-1], 2, "static")
+        sl.serve(tiny, prompts, lengths[:-1], 2, "static")
 
 
 # --------------------------------------------------------------------------- the paper model
@@ -156,77 +158,77 @@ def test_serve_rejects_bad_input(tiny, ragged):
 
 def test_simulate_known_timelines():
     unit = lambda n: 1.0   # noqa: E731
-    st = bt.simulate([5, 1, 1, 1], 2, "static", unit)
+    st = sc.simulate([5, 1, 1, 1], 2, "static", unit)
     assert st.makespan == 6 and st.steps == 6 and st.release == [5, 5, 6, 6] and st.padded_steps == 4
-    co = bt.simulate([5, 1, 1, 1], 2, "continuous", unit)
+    co = sc.simulate([5, 1, 1, 1], 2, "continuous", unit)
     assert co.makespan == 5 and co.steps == 5
     assert co.release == [5, 1, 2, 3] and co.admit == [0, 0, 1, 2] and co.slot == [0, 1, 1, 1]
-    r = bt.compare(st, co)
+    r = sc.compare(st, co)
     assert r["throughput_x"] == pytest.approx(6 / 5)
     assert r["mean_latency_x"] == pytest.approx(statistics.fmean([5, 5, 6, 6]) / statistics.fmean([5, 1, 2, 3]))
 
 
 def test_simulate_step_cost_depends_on_batch():
     cost = lambda n: 1.0 + n   # noqa: E731
-    st = bt.simulate([2, 2, 2], 2, "static", cost)            # [2,2] at cost 3, then [2] at cost 2
+    st = sc.simulate([2, 2, 2], 2, "static", cost)            # [2,2] at cost 3, then [2] at cost 2
     assert st.makespan == 2 * 3 + 2 * 2
-    co = bt.simulate([1, 3], 2, "continuous", cost)           # 1 step with 2 active, 2 steps with 1
+    co = sc.simulate([1, 3], 2, "continuous", cost)           # 1 step with 2 active, 2 steps with 1
     assert co.makespan == 3 + 2 * 2
 
 
 def test_static_without_padding_cost_still_holds_the_slots():
     cost = lambda n: float(n)   # noqa: E731
-    padded = bt.simulate([3, 1, 2], 2, "static", cost)
-    lean = bt.simulate([3, 1, 2], 2, "static", cost, padding_costs=False)
+    padded = sc.simulate([3, 1, 2], 2, "static", cost)
+    lean = sc.simulate([3, 1, 2], 2, "static", cost, padding_costs=False)
     assert padded.makespan == 3 * 2 + 2 * 1 and lean.makespan == 2 + 1 + 1 + 2 * 1
     assert lean.release[:2] == [4.0, 4.0] and lean.finish[:2] == [4.0, 2.0]   # answered together all the same
 
 
 def test_simulate_with_arrivals_waits_for_requests():
     unit = lambda n: 1.0   # noqa: E731
-    co = bt.simulate([2, 2], 4, "continuous", unit, arrivals=[0.0, 10.0])
+    co = sc.simulate([2, 2], 4, "continuous", unit, arrivals=[0.0, 10.0])
     assert co.admit == [0.0, 10.0] and co.release == [2.0, 12.0] and co.latency == [2.0, 2.0]
-    st = bt.simulate([2, 2], 4, "static", unit, arrivals=[0.0, 1.0])   # the engine is busy until 2
+    st = sc.simulate([2, 2], 4, "static", unit, arrivals=[0.0, 1.0])   # the engine is busy until 2
     assert st.release == [2.0, 4.0] and st.latency == [2.0, 3.0]
 
 
 def test_simulate_rejects_bad_input():
     unit = lambda n: 1.0   # noqa: E731
     with pytest.raises(ValueError, match="slots"):
-        bt.simulate([3, 4], 0, "static", unit)
+        sc.simulate([3, 4], 0, "static", unit)
     with pytest.raises(ValueError, match="empty"):
-        bt.simulate([], 8, "continuous", unit)
+        sc.simulate([], 8, "continuous", unit)
     with pytest.raises(ValueError, match="arrival"):
-        bt.simulate([3, 4], 2, "continuous", unit, arrivals=[1.0, 0.5])
+        sc.simulate([3, 4], 2, "continuous", unit, arrivals=[1.0, 0.5])
 
 
 # --------------------------------------------------------------------------- the workload
 
 
 def test_chapter_lengths_match_the_chapter():
-    lengths = bt.chapter_lengths()
+    lengths = sc.chapter_lengths()
     assert len(lengths) == 64 and statistics.median(lengths) == 18
     assert max(lengths) == 231 and sum(lengths) == 1874
 
 
 def test_seed_shuffles_order_only_and_skew_zero_is_flat():
-    a, b = bt.chapter_lengths(seed=0), bt.chapter_lengths(seed=1)
+    a, b = sc.chapter_lengths(seed=0), sc.chapter_lengths(seed=1)
     assert a != b and sorted(a) == sorted(b)
-    assert set(bt.chapter_lengths(skew=0.0)) == {18}
-    lo, hi = bt.chapter_lengths(skew=0.5), bt.chapter_lengths(skew=1.5)
+    assert set(sc.chapter_lengths(skew=0.0)) == {18}
+    lo, hi = sc.chapter_lengths(skew=0.5), sc.chapter_lengths(skew=1.5)
     assert max(lo) < 231 < max(hi) and statistics.median(lo) == statistics.median(hi) == 18
 
 
 def test_round_keeping_total():
     vals = [0.4, 0.4, 0.4, 1.9, 2.9]
-    ints = bt._round_keeping_total(vals)
+    ints = sc._round_keeping_total(vals)
     assert sum(ints) == round(sum(vals)) == 6 and all(abs(i - v) < 1 for i, v in zip(ints, vals))
 
 
 def test_percentile_matches_numpy():
     xs = [3.0, 1.0, 7.0, 2.5, 9.0, 4.0, 4.0]
     for q in (0, 50, 90, 95, 100):
-        assert bt.percentile(xs, q) == pytest.approx(np.percentile(xs, q))
+        assert sc.percentile(xs, q) == pytest.approx(np.percentile(xs, q))
 
 
 # --------------------------------------------------------------------------- the sweep and the knee
@@ -275,13 +277,13 @@ def test_sweep_shapes_and_bad_input(tiny):
 
 def test_equal_lengths_leave_static_batching_nothing_to_waste():
     cost = bt.step_cost_from_sweep([1, 8], [1.0, 2.0])
-    ls = bt.chapter_lengths(skew=0.0)
-    r = bt.compare(*(bt.simulate(ls, 8, p, cost) for p in bt.POLICIES))
+    ls = sc.chapter_lengths(skew=0.0)
+    r = sc.compare(*(sc.simulate(ls, 8, p, cost) for p in sc.POLICIES))
     assert r["throughput_x"] == pytest.approx(1.0, abs=1e-9)
 
 
 def test_padded_rows_are_exact_only_without_sliding_windows():
     from types import SimpleNamespace as NS
-    assert bt.padded_rows_are_exact(NS(layer_types=["full_attention"] * 3))
-    assert not bt.padded_rows_are_exact(NS(layer_types=["sliding_attention", "full_attention"]))
-    assert bt.padded_rows_are_exact(NS()) and not bt.padded_rows_are_exact(NS(use_sliding_window=True))
+    assert sl.padded_rows_are_exact(NS(layer_types=["full_attention"] * 3))
+    assert not sl.padded_rows_are_exact(NS(layer_types=["sliding_attention", "full_attention"]))
+    assert sl.padded_rows_are_exact(NS()) and not sl.padded_rows_are_exact(NS(use_sliding_window=True))

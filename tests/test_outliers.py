@@ -4,6 +4,7 @@ import math
 import pytest
 import torch
 
+from helpers import int8_matmuls as M
 from helpers import outliers as O
 from helpers.quantization import absmax_quantize
 
@@ -111,11 +112,11 @@ def test_errors_known_values():
     exact = torch.tensor([[3.0, 4.0], [100.0, 0.0]])
     approx = torch.tensor([[3.0, 4.0], [100.0, 0.0]])
     approx[0, 0] += 5.0                                      # token 0 off by its whole norm
-    assert math.isclose(O.token_error(approx, exact), 0.5)   # (1 + 0) / 2
+    assert math.isclose(M.token_error(approx, exact), 0.5)   # (1 + 0) / 2
     with pytest.raises(ValueError):
-        O.token_error(torch.zeros(2, 2), torch.zeros(2, 2))
+        M.token_error(torch.zeros(2, 2), torch.zeros(2, 2))
     with pytest.raises(ValueError):
-        O.token_error(torch.ones(2, 2), torch.zeros(2, 2))
+        M.token_error(torch.ones(2, 2), torch.zeros(2, 2))
 
 
 def test_int8_matmul_is_exact_on_representable_inputs():
@@ -125,11 +126,11 @@ def test_int8_matmul_is_exact_on_representable_inputs():
     qx[0, 0], qw[0, 0] = 127, 127                            # pin the absmax so the scale is exact
     x, w = (qx * 0.5).float(), (qw * 0.25).float()
     exact = x.double() @ w.double().T
-    assert torch.equal(O.int8_matmul(x, w).double(), exact.float().double())
+    assert torch.equal(M.int8_matmul(x, w).double(), exact.float().double())
     with pytest.raises(ValueError):
-        O.int8_matmul(x, w, x_per="row")
+        M.int8_matmul(x, w, x_per="row")
     with pytest.raises(ValueError):
-        O.int8_matmul(x, w.T)
+        M.int8_matmul(x, w.T)
 
 
 def test_per_token_scales_rescue_a_token_outlier():
@@ -137,8 +138,8 @@ def test_per_token_scales_rescue_a_token_outlier():
     x, w = torch.randn(32, 64), torch.randn(48, 64) * 0.05
     x[0] *= 2000                                             # one huge token
     y = x.double() @ w.double().T
-    one = O.token_error(O.int8_matmul(x, w), y)
-    per_token = O.token_error(O.int8_matmul(x, w, "token", "channel"), y)
+    one = M.token_error(M.int8_matmul(x, w), y)
+    per_token = M.token_error(M.int8_matmul(x, w, "token", "channel"), y)
     assert one > 0.5 and per_token < 0.02
 
 
@@ -147,38 +148,38 @@ def test_llm_int8_limits():
     x, w = torch.randn(16, 32), torch.randn(24, 32)
     x[:, 5] *= 50                                            # one outlier feature
     y = x.double() @ w.double().T
-    high, dims = O.llm_int8_matmul(x, w, threshold=1e6)      # nothing is an outlier: plain vector-wise INT8
+    high, dims = M.llm_int8_matmul(x, w, threshold=1e6)      # nothing is an outlier: plain vector-wise INT8
     assert dims.numel() == 0
-    assert torch.allclose(high, O.int8_matmul(x, w, "token", "channel"))
-    low, dims = O.llm_int8_matmul(x, w, threshold=1e-9)      # everything is: full precision
+    assert torch.allclose(high, M.int8_matmul(x, w, "token", "channel"))
+    low, dims = M.llm_int8_matmul(x, w, threshold=1e-9)      # everything is: full precision
     assert dims.numel() == 32 and torch.allclose(low.double(), y, rtol=1e-5, atol=1e-4)
-    mid, dims = O.llm_int8_matmul(x, w, threshold=20.0)
+    mid, dims = M.llm_int8_matmul(x, w, threshold=20.0)
     assert dims.tolist() == [5]
-    assert O.token_error(mid, y) < O.token_error(high, y) / 3
+    assert M.token_error(mid, y) < M.token_error(high, y) / 3
     with pytest.raises(ValueError):
-        O.llm_int8_matmul(x, w, threshold=0.0)
+        M.llm_int8_matmul(x, w, threshold=0.0)
 
 
 def test_smoothquant_migration_is_an_identity_and_flattens_activations():
     torch.manual_seed(5)
     x, w = torch.randn(16, 32), torch.randn(24, 32)
     x[:, 7] *= 100
-    s = O.smooth_scales(O.dimension_maxima(x), w, alpha=0.5)
+    s = M.smooth_scales(O.dimension_maxima(x), w, alpha=0.5)
     assert torch.allclose((x.double() / s) @ (w.double() * s).T, x.double() @ w.double().T, atol=1e-8)
-    s1 = O.smooth_scales(O.dimension_maxima(x), w, alpha=1.0)
+    s1 = M.smooth_scales(O.dimension_maxima(x), w, alpha=1.0)
     assert torch.allclose(O.dimension_maxima(x.double() / s1), torch.ones(32, dtype=torch.float64))
     y = x.double() @ w.double().T
-    assert O.token_error(O.smoothquant_matmul(x, w, 0.5), y) < O.token_error(O.int8_matmul(x, w), y) / 2
+    assert M.token_error(M.smoothquant_matmul(x, w, 0.5), y) < M.token_error(M.int8_matmul(x, w), y) / 2
     with pytest.raises(ValueError):
-        O.smooth_scales(O.dimension_maxima(x), w, alpha=1.5)
+        M.smooth_scales(O.dimension_maxima(x), w, alpha=1.5)
     with pytest.raises(ValueError):
-        O.smooth_scales(torch.ones(3), w)
+        M.smooth_scales(torch.ones(3), w)
 
 
 def test_weight_only_error_is_small():
     torch.manual_seed(6)
     x, w = torch.randn(8, 64), torch.randn(16, 64)
-    assert O.token_error(O.weight_only_matmul(x, w), x.double() @ w.double().T) < 0.01
+    assert M.token_error(M.weight_only_matmul(x, w), x.double() @ w.double().T) < 0.01
 
 
 # --------------------------------------------------------------------------- whole models
@@ -188,7 +189,7 @@ def test_emulated_linears_replace_and_restore(tiny):
     model, ids = tiny
     with torch.inference_mode():
         before = model(ids).logits
-        with O.emulated_linears(model, "weight-only INT8") as n:
+        with M.emulated_linears(model, "weight-only INT8") as n:
             assert n == 15
             during = model(ids).logits
         after = model(ids).logits
@@ -196,7 +197,7 @@ def test_emulated_linears_replace_and_restore(tiny):
     assert not torch.equal(before, during)
     assert torch.allclose(before, during, atol=0.05 * before.abs().max().item())
     with pytest.raises(ValueError):
-        with O.emulated_linears(model, "int3"):
+        with M.emulated_linears(model, "int3"):
             pass
 
 
@@ -205,12 +206,12 @@ def test_greedy_agreement_with_itself_and_real_kernel(tiny):
     from helpers.kv_cache import generate_cached
     prompt = ids[:, :4]
     ref = generate_cached(model, prompt, 5)                  # the model's own greedy continuation
-    assert O.greedy_choices(model, prompt, ref).shape == (5,)
-    assert O.greedy_agreement(model, prompt, ref) == 1.0
+    assert M.greedy_choices(model, prompt, ref).shape == (5,)
+    assert M.greedy_agreement(model, prompt, ref) == 1.0
     other = (ref + 1) % 97                                   # a continuation it never picks
-    assert O.greedy_agreement(model, prompt, other) < 1.0
+    assert M.greedy_agreement(model, prompt, other) < 1.0
     names = [n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear) and n != "lm_head"]
-    q = O.quantize_linears_dynamic(model, names)
+    q = M.quantize_linears_dynamic(model, names)
     assert all(isinstance(m, torch.nn.Linear) for n, m in model.named_modules() if n in names)  # original intact
     kinds = {type(q.get_submodule(n)).__name__ for n in names}
     assert kinds == {"Linear"} and not isinstance(q.get_submodule(names[0]), torch.nn.Linear)
@@ -219,7 +220,7 @@ def test_greedy_agreement_with_itself_and_real_kernel(tiny):
         a, b = model(ids).logits, q(ids).logits
     assert torch.allclose(a, b, atol=0.1 * a.abs().max().item())
     with pytest.raises(ValueError):
-        O.quantize_linears_dynamic(q, names[:1])              # already quantized
+        M.quantize_linears_dynamic(q, names[:1])              # already quantized
 
 
 def test_integer_matmul_exact_in_both_paths():
@@ -231,7 +232,7 @@ def test_integer_matmul_exact_in_both_paths():
     big_w = torch.full((3, 2000), -128.0, dtype=torch.float64)
     for qx, qw in ((small_x, small_w), (big_x, big_w)):
         exact = (qx.long() @ qw.long().T).double()
-        assert torch.equal(O.integer_matmul(qx, qw), exact)
+        assert torch.equal(M.integer_matmul(qx, qw), exact)
 
 
 def test_attention_to_first_token_known_value_and_restores(tiny):
@@ -252,8 +253,8 @@ def test_attention_to_first_token_known_value_and_restores(tiny):
 
 def test_dynamic_int8_linear_reports_its_activation_bits():
     lin = torch.nn.Sequential(torch.nn.Linear(8, 4))
-    q = O.quantize_linears_dynamic(lin, ["0"])
+    q = M.quantize_linears_dynamic(lin, ["0"])
     expected = 7 if torch.backends.quantized.engine in ("x86", "fbgemm") else 8
-    assert O.dynamic_activation_bits(q[0]) == expected
+    assert M.dynamic_activation_bits(q[0]) == expected
     with pytest.raises(ValueError):
-        O.dynamic_activation_bits(lin[0])
+        M.dynamic_activation_bits(lin[0])

@@ -145,3 +145,12 @@ def test_bytes_and_prefix_helpers():
     assert pg.common_prefix_length([[1, 2, 3, 4], [1, 2, 9], [1, 2, 3]]) == 2
     with pytest.raises(ValueError):
         pg.reserved_tokens(0, 2048)
+
+
+def test_block_owner_grid_marks_prefix_requests_and_free_blocks():
+    owners = [[-1, 3, None, None], [-1, 3, 9, None]]          # two steps, four physical blocks
+    used, z, text, scale = pg.block_owner_grid(owners, colours=7)
+    assert used == [0, 1, 2]                                 # block 3 is never used
+    assert z == [[-1, -1], [3, 3], [None, 2]]
+    assert text[2] == ["free", "request 9"] and text[0][0] == "shared prefix"
+    assert scale[0] == [0.0, "#1a1a1a"] and len(scale) == 2 * 8

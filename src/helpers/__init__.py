@@ -9,10 +9,14 @@ One module per idea of the chapter:
 * :mod:`helpers.roofline`   memory bandwidth, the bytes and FLOPs of a step, the roofline
 * :mod:`helpers.cache_size` bytes per token of KV cache, MHA/GQA/MQA, sliding windows
 * :mod:`helpers.cache_calculator` the cache calculator (live and static)
-* :mod:`helpers.batching`   batch-size sweeps, static vs continuous batching (simulated and real)
+* :mod:`helpers.batching`   batch-size sweeps and the knee
+* :mod:`helpers.scheduling` static vs continuous batching on paper: a skewed workload, the simulator, slot timelines
+* :mod:`helpers.slots`      static vs continuous batching for real: the slot batch and its servers
 * :mod:`helpers.paged`      paged KV memory: block tables, fragmentation, prefix sharing
 * :mod:`helpers.quantization` absmax / zero-point / NF4 / Q4_1 weight quantization, error and bits accounting
-* :mod:`helpers.outliers`   residual-stream outlier features and the INT8 schemes that cope with them
+* :mod:`helpers.gguf`       a GGUF file's block formats: bits per weight, the stored numbers of a matrix
+* :mod:`helpers.outliers`   residual-stream outlier features and what they do to one INT8 scale
+* :mod:`helpers.int8_matmuls` the INT8 matmul schemes that cope with outliers, and whole models run through them
 * :mod:`helpers.claims`     the chapter's empirical claims: asserted on the default model, reported on others
 * :mod:`helpers.chapter`    the chapter's reference architecture and every number it quotes
 * :mod:`helpers.measure`    timing with warm-up and medians, peak memory, progress bars

@@ -16,8 +16,8 @@ Granularity (the ``axis`` and ``group_size`` keywords, the same everywhere)
 * ``axis=None, group_size=g``: blocks of ``g`` consecutive weights of the
   flattened tensor, the way bitsandbytes and GGUF lay blocks out in memory; ``g``
   must divide the number of weights. When ``g`` divides the row the two agree
-  exactly. (SmolLM2's rows are 576 wide, which 128 does not divide: the chapter's
-  "group of 128" therefore uses flat blocks.)
+  exactly. (A row 576 wide, as in SmolLM2's q_proj, is not a multiple of 128: the
+  chapter's "group of 128" therefore uses flat blocks.)
 
 Schemes
 
@@ -45,113 +45,7 @@ from typing import Iterator
 
 import torch
 
-# --------------------------------------------------------------------------- checks
-
-
-def _check_bits(bits, low: int = 2, high: int = 8) -> int:
-    if isinstance(bits, bool) or not isinstance(bits, numbers.Integral) or not low <= bits <= high:
-        raise ValueError(f"bits must be an integer from {low} to {high}, got {bits!r}.")
-    return int(bits)
-
-
-def _check_weights(w) -> torch.Tensor:
-    if not isinstance(w, torch.Tensor):
-        raise ValueError(f"Expected a torch.Tensor of weights, got {type(w).__name__}: wrap it with torch.as_tensor().")
-    if w.numel() == 0:
-        raise ValueError("Cannot quantize an empty tensor: pass a tensor with at least one weight.")
-    if not w.is_floating_point():
-        raise ValueError(f"Expected floating-point weights, got {w.dtype}: convert them with .float() first.")
-    return w.float()
-
-
-# --------------------------------------------------------------------------- blocks
-
-
-class _Layout:
-    """How a tensor is cut into blocks that share one scale, and how to undo it."""
-
-    def __init__(self, shape: torch.Size, axis: int | None, group_size: int | None):
-        self.shape = torch.Size(shape)
-        ndim, numel = len(self.shape), self.shape.numel()
-        if group_size is not None and (isinstance(group_size, bool) or not isinstance(group_size, numbers.Integral)
-                                       or group_size < 1):
-            raise ValueError(f"group_size must be a positive integer or None, got {group_size!r}.")
-        group_size = None if group_size is None else int(group_size)
-        if axis is not None:
-            valid = not isinstance(axis, bool) and isinstance(axis, numbers.Integral)
-            if not valid or not -max(ndim, 1) <= axis < max(ndim, 1):
-                raise ValueError(f"axis must be None or an axis of a {ndim}-d tensor, got {axis!r}.")
-            axis = int(axis) % max(ndim, 1)
-        self.axis, self.group_size = axis, group_size
-        self.moved = False
-        if axis is None and group_size is None:                 # per tensor
-            self.block = numel
-            self.stat_shape: tuple = ()
-        elif axis is None:                                      # flat blocks
-            if numel % group_size:
-                raise ValueError(f"group_size {group_size} does not divide the {numel} weights: pick a divisor "
-                                 f"of {numel}.")
-            self.block = group_size
-            self.stat_shape = (numel // group_size,)
-        elif group_size is None:                                # one scale per slice along `axis`
-            self.block = self.shape[axis] if ndim else 1
-            self.moved = ndim > 1 and axis != ndim - 1
-            self.stat_shape = tuple(1 if d == axis else n for d, n in enumerate(self.shape)) if ndim else (1,)
-        else:                                                   # groups inside each row
-            if ndim and axis != ndim - 1:
-                raise ValueError(f"Groups run along the last axis: use axis=-1 (got axis={axis}).")
-            row = self.shape[-1] if ndim else 1
-            if row % group_size:
-                raise ValueError(f"group_size {group_size} does not divide the row length {row}: pick a divisor "
-                                 f"of {row}, or axis=None for flat blocks.")
-            self.block = group_size
-            self.stat_shape = tuple(self.shape[:-1]) + (row // group_size,)
-        self.n_blocks = numel // self.block if self.block else 0
-
-    def to_blocks(self, w: torch.Tensor) -> torch.Tensor:
-        if self.moved:
-            w = w.movedim(self.axis, -1)
-        return w.reshape(-1, self.block)
-
-    def from_blocks(self, b: torch.Tensor) -> torch.Tensor:
-        if self.moved:
-            moved_shape = tuple(n for d, n in enumerate(self.shape) if d != self.axis) + (self.shape[self.axis],)
-            return b.reshape(moved_shape).movedim(-1, self.axis)
-        return b.reshape(self.shape)
-
-    def stat_from_blocks(self, s: torch.Tensor) -> torch.Tensor:
-        """(n_blocks, 1) per-block statistics -> the shape returned to the caller."""
-        if self.moved:
-            moved = tuple(n for d, n in enumerate(self.shape) if d != self.axis) + (1,)
-            return s.reshape(moved).movedim(-1, self.axis)
-        return s.reshape(self.stat_shape)
-
-
-def _stat_to_blocks(stat: torch.Tensor, shape: torch.Size) -> tuple[torch.Tensor, int]:
-    """Infer the block layout from the shapes of the codes and of a per-block statistic.
-
-    Returns (stat as a column of blocks or a broadcastable tensor, block length or 0 for broadcast).
-    """
-    stat = torch.as_tensor(stat)
-    ndim = len(shape)
-    if stat.numel() == 1:
-        return stat.reshape(()), 0
-    if stat.ndim == ndim and all(s in (1, n) for s, n in zip(stat.shape, shape)):
-        return stat, 0
-    if (stat.ndim == ndim and tuple(stat.shape[:-1]) == tuple(shape[:-1]) and stat.shape[-1]
-            and shape[-1] % stat.shape[-1] == 0):
-        return stat.reshape(-1, 1), shape[-1] // stat.shape[-1]
-    if stat.ndim == 1 and shape.numel() % stat.numel() == 0:
-        return stat.reshape(-1, 1), shape.numel() // stat.numel()
-    raise ValueError(f"A statistic shaped {tuple(stat.shape)} does not match codes shaped {tuple(shape)}: pass the "
-                     f"codes and scales returned by the same quantize call.")
-
-
-def _apply_blockwise(q: torch.Tensor, stat: torch.Tensor, fn) -> torch.Tensor:
-    s, block = _stat_to_blocks(stat, q.shape)
-    if block == 0:
-        return fn(q, s)
-    return fn(q.reshape(-1, block), s).reshape(q.shape)
+from .quant_blocks import _apply_blockwise, _check_bits, _check_weights, _Layout  # noqa: F401
 
 
 # --------------------------------------------------------------------------- symmetric absmax

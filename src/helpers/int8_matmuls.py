@@ -1,0 +1,246 @@
+"""INT8 matrix multiplications with outliers: the schemes people use and how far each is from exact (section 6).
+
+* :func:`int8_matmul`: INT8 x INT8 with one scale each, or vector-wise scales
+  (per token x per output channel); :func:`weight_only_matmul`;
+* :func:`llm_int8_matmul`: LLM.int8()'s decomposition (outlier dimensions in
+  full precision); :func:`smooth_scales`, :func:`smoothquant_matmul`:
+  SmoothQuant's scale migration;
+* :func:`token_error`: the error per token, so one huge token cannot hide the rest;
+* whole models: :func:`emulated_linears` (every linear through one scheme),
+  :func:`quantize_linears_dynamic` (PyTorch's real INT8 kernel) and
+  :func:`greedy_agreement` with full precision.
+
+Codes come from :func:`helpers.quantization.absmax_quantize`. Their products
+are accumulated exactly (:func:`integer_matmul`): in float32 when no partial
+sum can reach 2**24 (the usual case, and fast), in float64 otherwise.
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import warnings
+from typing import Callable, Iterable
+
+import torch
+
+from .outliers import _check_ids, dimension_maxima
+from .quantization import absmax_quantize
+
+# --------------------------------------------------------------------------- INT8 matmuls
+
+
+def token_error(approx: torch.Tensor, exact: torch.Tensor) -> float:
+    """Mean over tokens (rows) of ||approx_t - exact_t|| / ||exact_t||.
+
+    Unlike ``helpers.quantization.relative_error`` (one norm over the whole matrix), one token with a huge output cannot hide the damage done
+    to every other token: each row counts once.
+    """
+    if approx.shape != exact.shape or exact.dim() != 2:
+        raise ValueError(f"need two (tokens, features) tensors of one shape, got {tuple(approx.shape)} and "
+                         f"{tuple(exact.shape)}.")
+    norms = exact.double().norm(dim=1)
+    if (norms == 0).any():
+        raise ValueError("Some rows of the exact result are all zeros; their relative error is undefined.")
+    return float(((approx.double() - exact.double()).norm(dim=1) / norms).mean())
+
+
+def absmax_codes(t: torch.Tensor, per: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """INT8 absmax codes and scales from :func:`helpers.quantization.absmax_quantize`, shaped for a matmul.
+
+    ``per``: one scale for the 'tensor', or one per 'row' (a column of scales). Codes come back as
+    float64 so that :func:`integer_matmul` can accumulate them exactly.
+    """
+    if per not in ("tensor", "row"):
+        raise ValueError(f"per must be 'tensor' or 'row', got {per!r}.")
+    q, scale = absmax_quantize(t, 8, axis=-1 if per == "row" else None)
+    scale = scale.double().reshape(-1, 1) if per == "row" else scale.double().reshape(())
+    return q.double(), torch.where(scale > 0, scale, torch.ones_like(scale))   # an all-zero row stays zero
+
+
+def integer_matmul(qx: torch.Tensor, qw: torch.Tensor) -> torch.Tensor:
+    """Exact ``qx @ qw.T`` of integer-valued code matrices, returned as float64.
+
+    Every partial sum of a row is an integer no larger than ``sum|qx_row| * max|qw|``. When that bound is
+    below 2**24, float32 represents every partial sum exactly, whatever the summation order, so the fast
+    float32 product is exact; otherwise float64 is used (exact up to 2**53).
+    """
+    bound = float(qx.abs().sum(dim=1).max()) * float(qw.abs().max())
+    if bound < 2 ** 24:
+        return (qx.float() @ qw.float().T).double()
+    return qx.double() @ qw.double().T
+
+
+def _check_matmul(x: torch.Tensor, w: torch.Tensor) -> None:
+    if x.dim() != 2 or w.dim() != 2 or x.shape[1] != w.shape[1]:
+        raise ValueError(f"need x (tokens, in) and w (out, in) with the same in; got {tuple(x.shape)} and "
+                         f"{tuple(w.shape)}.")
+
+
+def int8_matmul(x: torch.Tensor, w: torch.Tensor, x_per: str = "tensor", w_per: str = "tensor") -> torch.Tensor:
+    """Emulate an INT8 x INT8 matmul ``x @ w.T``: quantize both, multiply integer codes, rescale once.
+
+    ``x_per``: 'tensor' (one activation scale) or 'token' (one per row of x).
+    ``w_per``: 'tensor' (one weight scale) or 'channel' (one per output row of w).
+    """
+    _check_matmul(x, w)
+    if x_per not in ("tensor", "token") or w_per not in ("tensor", "channel"):
+        raise ValueError("x_per must be 'tensor' or 'token' and w_per 'tensor' or 'channel'.")
+    qx, sx = absmax_codes(x, "tensor" if x_per == "tensor" else "row")
+    qw, sw = absmax_codes(w, "tensor" if w_per == "tensor" else "row")
+    acc = integer_matmul(qx, qw)             # exact integer accumulation
+    return (acc * sx * (sw.T if w_per == "channel" else sw)).float()
+
+
+def weight_only_matmul(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """Weight-only INT8 (per output channel): activations stay in full precision."""
+    _check_matmul(x, w)
+    qw, sw = absmax_codes(w, "row")
+    return x.float() @ (qw * sw).float().T
+
+
+def outlier_dimensions(x: torch.Tensor, threshold: float = 6.0) -> torch.Tensor:
+    """Input dimensions (columns of x) where any token reaches |x| >= threshold (LLM.int8()'s criterion)."""
+    if threshold <= 0:
+        raise ValueError(f"threshold must be positive, got {threshold}.")
+    return (x.abs().amax(dim=0) >= threshold).nonzero().flatten()
+
+
+def llm_int8_matmul(x: torch.Tensor, w: torch.Tensor, threshold: float = 6.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """LLM.int8()-style mixed-precision decomposition of ``x @ w.T``. Returns (result, outlier dimensions).
+
+    Columns of x holding an outlier (|x| >= threshold anywhere) and the matching columns of w are
+    multiplied in full precision; everything else in INT8 with vector-wise scales (one per token of x,
+    one per output channel of w). The two partial products are added.
+    """
+    _check_matmul(x, w)
+    out_dims = outlier_dimensions(x, threshold)
+    regular = torch.ones(x.shape[1], dtype=torch.bool)
+    regular[out_dims] = False
+    y = x[:, out_dims].float() @ w[:, out_dims].float().T
+    if regular.any():
+        y = y + int8_matmul(x[:, regular], w[:, regular], "token", "channel")
+    return y, out_dims
+
+
+def smooth_scales(x_max: torch.Tensor, w: torch.Tensor, alpha: float = 0.5) -> torch.Tensor:
+    """SmoothQuant's per-input-channel factors s_j = max|x_j|^alpha / max|w_:,j|^(1 - alpha).
+
+    Dividing activations by s and multiplying weights by s leaves x @ w.T unchanged and moves
+    difficulty from activations to weights: alpha = 1 flattens every activation channel to
+    maximum 1 (all difficulty in the weights), alpha = 0 flattens the weight columns instead.
+    """
+    if not 0.0 <= alpha <= 1.0:
+        raise ValueError(f"alpha must be between 0 and 1, got {alpha}.")
+    if x_max.dim() != 1 or x_max.shape[0] != w.shape[1]:
+        raise ValueError(f"x_max must hold one maximum per input channel ({w.shape[1]}), got {tuple(x_max.shape)}.")
+    w_max = w.abs().amax(dim=0)
+    s = x_max.double().clamp_min(1e-5) ** alpha / w_max.double().clamp_min(1e-5) ** (1 - alpha)
+    return s.clamp_min(1e-5)
+
+
+def smoothquant_matmul(x: torch.Tensor, w: torch.Tensor, alpha: float = 0.5, x_max: torch.Tensor | None = None,
+                       x_per: str = "tensor", w_per: str = "tensor") -> torch.Tensor:
+    """SmoothQuant-style W8A8: migrate scale with :func:`smooth_scales`, then :func:`int8_matmul`.
+
+    ``x_max`` are the per-channel activation maxima from calibration data (default: this x itself).
+    """
+    _check_matmul(x, w)
+    s = smooth_scales(dimension_maxima(x) if x_max is None else x_max, w, alpha)
+    return int8_matmul(x.double() / s, w.double() * s, x_per, w_per)
+
+
+MATMULS: dict[str, Callable[..., torch.Tensor]] = {
+    "INT8 x INT8, one scale each": lambda x, w, **kw: int8_matmul(x, w, "tensor", "tensor"),
+    "INT8 x INT8, per token x per channel": lambda x, w, **kw: int8_matmul(x, w, "token", "channel"),
+    "LLM.int8() decomposition": lambda x, w, threshold=6.0, **kw: llm_int8_matmul(x, w, threshold)[0],
+    "SmoothQuant + one scale each": lambda x, w, alpha=0.5, x_max=None, **kw: smoothquant_matmul(
+        x, w, alpha, x_max),
+    "weight-only INT8": lambda x, w, **kw: weight_only_matmul(x, w),
+}
+"""The schemes compared in the notebook, by name: fn(x, w, **options) -> approximate x @ w.T."""
+
+
+# --------------------------------------------------------------------------- whole models
+
+
+@contextlib.contextmanager
+def emulated_linears(model, scheme: str, names: Iterable[str] | None = None,
+                     x_max: dict[str, torch.Tensor] | None = None, **options):
+    """Inside the block, every ``nn.Linear`` (or those in ``names``) computes with ``MATMULS[scheme]``.
+
+    ``x_max`` maps linear names to calibration maxima (SmoothQuant); ``options`` go to the scheme.
+    """
+    if scheme not in MATMULS:
+        raise ValueError(f"scheme must be one of {list(MATMULS)}, got {scheme!r}.")
+    fn = MATMULS[scheme]
+    wanted = None if names is None else set(names)
+
+    def hook(name):
+        def replace(module, args, output):
+            x = args[0]
+            flat = x.reshape(-1, x.shape[-1])
+            extra = {"x_max": x_max[name]} if x_max is not None and name in x_max else {}
+            y = fn(flat, module.weight.detach(), **options, **extra)
+            if module.bias is not None:
+                y = y + module.bias.detach()
+            return y.reshape(*x.shape[:-1], -1).to(output.dtype)
+        return replace
+
+    hooks = [m.register_forward_hook(hook(n)) for n, m in model.named_modules()
+             if isinstance(m, torch.nn.Linear) and (wanted is None or n in wanted)]
+    try:
+        yield len(hooks)
+    finally:
+        for h in hooks:
+            h.remove()
+
+
+def quantize_linears_dynamic(model, names: Iterable[str], inplace: bool = False):
+    """PyTorch's real INT8 kernel on the named ``nn.Linear`` layers (``torch.ao`` dynamic quantization).
+
+    Weights: INT8, one symmetric scale per tensor. Activations: quantized on the fly with one
+    (asymmetric, 7-bit on x86) scale per tensor per call. Returns the model (a copy unless ``inplace``).
+    """
+    names = set(names)
+    linear = {n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
+    if not names <= linear:
+        raise ValueError(f"{len(names - linear)} names are not nn.Linear modules of this model (already "
+                         "quantized, or misspelt); pass names from model.named_modules().")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch.ao.quantization announces its move to torchao
+        from torch.ao.quantization import default_dynamic_qconfig, quantize_dynamic
+        target = model if inplace else copy.deepcopy(model)
+        return quantize_dynamic(target, {n: default_dynamic_qconfig for n in names}, dtype=torch.qint8,
+                                inplace=True)
+
+
+def dynamic_activation_bits(module) -> int:
+    """Bits of the activation codes in PyTorch's dynamic INT8 ``module`` (from :func:`quantize_linears_dynamic`).
+
+    Its forward asks for a reduced range (``reduce_range=True``, module version 4 and later), which the
+    x86 and fbgemm engines honour by using 7-bit activation codes; other engines use 8.
+    """
+    if not hasattr(module, "_packed_params"):
+        raise ValueError("pass a dynamically quantized linear layer (see quantize_linears_dynamic).")
+    reduced = (getattr(module, "version", None) or 0) >= 4
+    return 7 if reduced and torch.backends.quantized.engine in ("x86", "fbgemm") else 8
+
+
+@torch.inference_mode()
+def greedy_choices(model, prompt_ids: torch.Tensor, continuation: torch.Tensor) -> torch.Tensor:
+    """The token ``model`` would pick greedily at each position of ``continuation`` given the true prefix.
+
+    One forward pass over prompt + continuation (teacher forcing); returns (n,) token ids.
+    """
+    _check_ids(prompt_ids)
+    if continuation.dim() != 2 or continuation.shape[0] != 1 or continuation.shape[1] < 1:
+        raise ValueError(f"continuation must be shaped (1, n) with n >= 1, got {tuple(continuation.shape)}.")
+    seq = torch.cat([prompt_ids, continuation], dim=1)
+    logits = model(seq, use_cache=False).logits[0]
+    p = prompt_ids.shape[1]
+    return logits[p - 1:-1].argmax(dim=-1)
+
+
+def greedy_agreement(model, prompt_ids: torch.Tensor, reference: torch.Tensor) -> float:
+    """Fraction of positions where ``model`` picks the reference's next token given the same prefix."""
+    return float((greedy_choices(model, prompt_ids, reference) == reference[0]).double().mean())
