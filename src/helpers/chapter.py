@@ -70,6 +70,16 @@ S6_INT8_SCALE, S6_INT8_LEVELS = 12.4378, 14
 S6_HISTOGRAM_LAYER16 = {"0-1": 254, "1-2": 283, "2-4": 226, "4-8": 93, "8-16": 18, "16-32": 9,
                         "32-64": 7, "64-128": 5, "128-1024": 0, "1024-4096": 1}
 
+# 7. Does quality survive quantization? (perplexity on 2,048 tokens of English prose)
+S7_PERPLEXITY = {"reference": 23.08, "int8 per-row": 22.96, "int4 per-tensor": 365_416_000,
+                 "int4 per-row": 46.18, "int4 group-128": 31.08, "NF4 block-64": 24.55}
+S7_PUBLIC_CORPUS = {"reference": 22.24, "int8 per-row": 22.18}   # the same two rows on the public-domain book
+S7_INT8_AGREEMENT = (142, 144)           # int8 per-row agrees with the reference on 142 of 144 positions
+S7_CARELESS_INT8_PPL_COST = 0.5          # int8 per-tensor: +0.5 perplexity, no battery answers lost
+S7_NF4_VS_G128 = (6.5, 1)                # perplexity gap and battery questions between NF4 and group-128
+S7_REPETITION_PENALTY = 1.1              # the stock repetition penalty of the chapter's model (Qwen2.5-Instruct)
+S7_LLAMA_CPP_Q4_MS, S7_FP32_TRANSFORMERS_MS = 9.1, 55.0   # decode ms/token measured earlier on these machines
+
 # 9. Distillation: the chapter model's next-token distribution after "She poured the milk into the"
 S9_PROMPT = "She poured the milk into the"
 S9_TOP5 = {" jug": 0.1355, " cup": 0.1051, " bowl": 0.0605, " large": 0.0380, " milk": 0.0360}

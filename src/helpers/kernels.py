@@ -1,0 +1,109 @@
+"""Real low-bit kernels on this CPU: does a smaller weight decode faster? (section 7, "Speed, for real").
+
+Fake quantization (:mod:`helpers.quantization`) tells us what fewer bits do to *quality*: the model still
+multiplies fp32 numbers. Speed needs kernels that read the small codes and compute with them. PyTorch ships
+three that run on a CPU:
+
+* :func:`dynamic_int8`: ``torch.ao.quantization.quantize_dynamic``. Weights int8 with one scale per matrix;
+  each activation is quantized to int8 on the fly, also with one scale per tensor; an int8 x int8 matmul;
+* :class:`Int8WeightOnlyLinear`: ``torch._weight_int8pack_mm``, int8 weights with one scale per row,
+  activations stay fp32;
+* :class:`Int4WeightOnlyLinear`: ``torch._weight_int4pack_mm_for_cpu``, 4-bit codes in groups along each row
+  with a scale and a zero per group (codes from :func:`helpers.quantization.asymmetric_quantize`).
+
+:func:`with_kernel` returns a copy of the model whose projection matrices use one of them; the embedding and
+the tied output matrix stay fp32. :func:`linear_bytes` counts what the projections occupy.
+"""
+from __future__ import annotations
+
+import copy
+import warnings
+
+import torch
+
+from . import quantization as Q
+
+KERNELS = ("fp32", "int8 dynamic (torch.ao)", "int8 weight-only", "int4 weight-only g64")
+INT4_GROUP = 64
+
+
+class Int8WeightOnlyLinear(torch.nn.Module):
+    """``y = x @ (q * scale).T + b`` computed by ``torch._weight_int8pack_mm`` from int8 codes, one scale per row."""
+
+    def __init__(self, linear: torch.nn.Linear):
+        super().__init__()
+        q, scale = Q.absmax_quantize(linear.weight.detach(), 8, axis=-1)
+        self.register_buffer("codes", q.contiguous())
+        self.register_buffer("scales", scale.reshape(-1).float().contiguous())
+        self.bias = None if linear.bias is None else torch.nn.Parameter(linear.bias.detach().clone())
+
+    def forward(self, x):
+        y = torch._weight_int8pack_mm(x.reshape(-1, x.shape[-1]), self.codes, self.scales)
+        y = y.reshape(*x.shape[:-1], -1)
+        return y if self.bias is None else y + self.bias
+
+
+class Int4WeightOnlyLinear(torch.nn.Module):
+    """4-bit codes packed two per byte for ``torch._weight_int4pack_mm_for_cpu``; groups of 64 along each row.
+
+    The kernel reads a weight as ``(q - 8) * scale + zero``; our asymmetric codes mean ``(q - zp) * scale``,
+    so ``zero = (8 - zp) * scale``.
+    """
+
+    def __init__(self, linear: torch.nn.Linear, group_size: int = INT4_GROUP):
+        super().__init__()
+        w = linear.weight.detach()
+        if w.shape[1] % group_size:
+            raise ValueError(f"group_size {group_size} does not divide the {w.shape[1]} inputs: pick 32 or 64.")
+        q, scale, zp = Q.asymmetric_quantize(w, 4, axis=-1, group_size=group_size)
+        scale = scale.float()
+        zero = (8 - zp.float()) * scale
+        self.group_size = group_size
+        self.register_buffer("packed", torch._convert_weight_to_int4pack_for_cpu(q.to(torch.int32), 1))
+        self.register_buffer("scales_zeros", torch.stack([scale, zero], -1).transpose(0, 1).contiguous())
+        self.bias = None if linear.bias is None else torch.nn.Parameter(linear.bias.detach().clone())
+
+    def forward(self, x):
+        y = torch._weight_int4pack_mm_for_cpu(x.reshape(-1, x.shape[-1]).contiguous(), self.packed,
+                                              self.group_size, self.scales_zeros)
+        y = y.reshape(*x.shape[:-1], -1)
+        return y if self.bias is None else y + self.bias
+
+
+def _projection_linears(model):
+    names = {n.removesuffix(".weight") for n in Q.projection_weights(model)}
+    return [(n, m) for n, m in model.named_modules() if n in names and isinstance(m, torch.nn.Linear)]
+
+
+def with_kernel(model: torch.nn.Module, kernel: str) -> torch.nn.Module:
+    """A copy of ``model`` whose projection matrices run on ``kernel`` (one of :data:`KERNELS`)."""
+    if kernel not in KERNELS:
+        raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}.")
+    m = copy.deepcopy(model)
+    if kernel == "fp32":
+        return m
+    targets = _projection_linears(m)
+    if kernel.startswith("int8 dynamic"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")            # torch.ao's deprecation notices
+            return torch.ao.quantization.quantize_dynamic(m, {n for n, _ in targets}, dtype=torch.qint8)
+    make = Int8WeightOnlyLinear if kernel == "int8 weight-only" else Int4WeightOnlyLinear
+    for name, lin in targets:
+        parent, _, child = name.rpartition(".")
+        setattr(m.get_submodule(parent), child, make(lin))
+    return m
+
+
+def linear_bytes(model: torch.nn.Module) -> int:
+    """Bytes the projection layers occupy: codes, scales, zeros and biases, however they are stored."""
+    from torch.ao.nn.quantized.dynamic import Linear as DynLinear
+    total = 0
+    for name, mod in model.named_modules():
+        if isinstance(mod, DynLinear):
+            w, b = mod._packed_params._weight_bias()
+            total += w.int_repr().numel() + 8 + (0 if b is None else b.numel() * 4)   # codes + fp64 scale
+        elif isinstance(mod, (Int8WeightOnlyLinear, Int4WeightOnlyLinear)):
+            total += sum(t.numel() * t.element_size() for t in list(mod.buffers()) + list(mod.parameters()))
+        elif isinstance(mod, torch.nn.Linear) and any(name.endswith(p) for p in Q.PROJECTIONS):
+            total += sum(p.numel() * p.element_size() for p in mod.parameters())
+    return total

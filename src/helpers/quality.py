@@ -1,0 +1,336 @@
+"""Does quality survive quantization? Three measurements of one model under many weight schemes (section 7).
+
+* :func:`applied`: quantize every projection matrix in place with one of :mod:`helpers.quantization`'s
+  schemes, and restore the weights exactly (checked with ``torch.equal``) on exit;
+* :func:`perplexity`: NLL per token, perplexity and bits per byte on a fixed span of text, one forward pass;
+* :func:`run_battery`: sixteen short factual questions, batched, greedy, with or without a repetition penalty;
+* :func:`reference_positions` and :func:`agreement`: the fraction of positions where a quantized model's greedy
+  next token equals the reference's, teacher-forced on the reference's own greedy generation, with a binomial
+  (Wilson) interval and the mean KL(reference || quantized). Section 8 reads this rate as the acceptance rate α.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import torch
+
+from . import quantization as Q
+from .model import chat_prompt
+
+BATTERY_FILE = Path(__file__).resolve().parents[2] / "data" / "battery.json"
+AGREEMENT_PROMPTS = (
+    "Write a short story about a lighthouse keeper.",
+    "Explain why the sky is blue.",
+    "Give three tips for learning a new language.",
+    "Describe how a bicycle works.",
+    "What should I pack for a week in the mountains?",
+    "Write a polite email asking a colleague for help.",
+)
+GRANULARITIES = ("tensor", "row", 32, 64, 128, 256)
+
+
+# --------------------------------------------------------------------------- schemes, applied in place
+
+
+def table_schemes() -> list[Q.Scheme | None]:
+    """The rows of the section's table: ``None`` is the reference, then the chapter's six schemes."""
+    keep = ("int8 per-tensor", "int8 per-row", "int4 per-tensor", "int4 per-row", "int4 group-128", "NF4 block-64")
+    by_name = {s.name: s for s in Q.chapter_schemes()}
+    return [None] + [by_name[k] for k in keep]
+
+
+def scheme_name(scheme: Q.Scheme | None) -> str:
+    return "reference" if scheme is None else scheme.name
+
+
+def student_scheme(bits: int, granularity: str | int, model: torch.nn.Module | None = None) -> Q.Scheme:
+    """Absmax at ``bits`` with one scale per tensor, per row, or per block of ``granularity`` weights.
+
+    With ``model`` given, checks up front that the block size divides every projection matrix.
+    """
+    if isinstance(bits, bool) or not isinstance(bits, int) or not 2 <= bits <= 8:
+        raise ValueError(f"bits must be a whole number from 2 to 8, got {bits!r}.")
+    if granularity in ("tensor", "row"):
+        axis, group = (None, None) if granularity == "tensor" else (-1, None)
+        return Q.Scheme(f"int{bits} per-{granularity}", "absmax", bits, axis, group)
+    if isinstance(granularity, bool) or not isinstance(granularity, int) or granularity < 2:
+        raise ValueError(f"The group size must be 'tensor', 'row' or a whole number of weights, got {granularity!r}.")
+    if model is not None:
+        bad = [n for n, w in Q.projection_weights(model).items() if w.numel() % granularity]
+        if bad:
+            raise ValueError(f"A group of {granularity} weights does not divide {bad[0]}: pick one of "
+                             f"{', '.join(str(g) for g in GRANULARITIES)}.")
+    return Q.Scheme(f"int{bits} group-{granularity}", "absmax", bits, None, granularity)
+
+
+@contextlib.contextmanager
+def applied(model: torch.nn.Module, scheme: Q.Scheme | None) -> Iterator[torch.nn.Module]:
+    """Inside the block the model computes with ``scheme``'s weights; on exit the originals are back, bit for bit.
+
+    ``scheme=None`` is the reference (nothing changes). Uses :func:`helpers.quantization.quantized_projections`
+    and checks the restore with ``torch.equal`` on every matrix.
+    """
+    if scheme is None:
+        yield model
+        return
+    before = {n: w.clone() for n, w in Q.projection_weights(model).items()}
+    with Q.quantized_projections(model, scheme):
+        yield model
+    after = Q.projection_weights(model)
+    assert all(torch.equal(after[n], w) for n, w in before.items()), "restoring the weights was not exact"
+
+
+# --------------------------------------------------------------------------- perplexity
+
+
+@dataclass(frozen=True)
+class Perplexity:
+    nll: float              # mean negative log-likelihood per predicted token, nats
+    perplexity: float       # exp(nll)
+    bits_per_byte: float    # total NLL in bits / UTF-8 bytes of the predicted text
+    tokens: int             # predicted tokens (span length - 1)
+    n_bytes: int
+    hf_loss: float          # transformers' own model(ids, labels=ids).loss, the cross-check
+    nll_se: float = 0.0     # standard error of the mean NLL over tokens (how llama.cpp puts +/- on perplexity)
+
+    def interval(self, z: float = 1.96) -> tuple[float, float]:
+        """exp(nll -/+ z * se): the perplexity interval llama.cpp prints as '+/-'."""
+        return math.exp(self.nll - z * self.nll_se), math.exp(self.nll + z * self.nll_se)
+
+
+def token_nlls(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """NLL (nats) of each of ids[1:] under the logits of ids[:-1]: position t predicts token t + 1."""
+    logp = torch.log_softmax(logits[0, :-1].float(), dim=-1)
+    return -logp.gather(1, ids[0, 1:, None]).squeeze(1)
+
+
+@torch.inference_mode()
+def perplexity(model: torch.nn.Module, ids: torch.Tensor, n_bytes: int) -> Perplexity:
+    """One forward pass over ``ids`` (1, T): NLL per token, perplexity and bits per byte.
+
+    ``n_bytes`` is the UTF-8 length of the text of ``ids[1:]`` (the tokens that are predicted).
+    """
+    if ids.ndim != 2 or ids.shape[0] != 1 or ids.shape[1] < 2:
+        raise ValueError(f"Pass one span of at least 2 token ids shaped (1, T), got {tuple(ids.shape)}.")
+    if n_bytes < 1:
+        raise ValueError(f"n_bytes must be the positive byte length of the predicted text, got {n_bytes}.")
+    out = model(ids, labels=ids)
+    per_token = token_nlls(out.logits, ids)
+    nll, t = float(per_token.mean()), per_token.numel()
+    se = float(per_token.std() / math.sqrt(t)) if t > 1 else 0.0
+    return Perplexity(nll, math.exp(nll), nll * t / math.log(2) / n_bytes, t, n_bytes, float(out.loss), se)
+
+
+# --------------------------------------------------------------------------- the battery
+
+
+def load_battery(path: str | Path | None = None) -> list[dict]:
+    """The questions and accepted answers from ``data/battery.json``."""
+    p = Path(path) if path is not None else BATTERY_FILE
+    if not p.is_file():
+        raise ValueError(f"The battery file {p} is missing: restore data/battery.json from the project's checkout.")
+    items = json.loads(p.read_text(encoding="utf-8"))
+    if not items or not all(isinstance(i.get("question"), str) and i.get("answers") for i in items):
+        raise ValueError(f"{p} must be a non-empty list of {{'question': ..., 'answers': [...]}} entries.")
+    return items
+
+
+def is_correct(reply: str, answers: Sequence[str]) -> bool:
+    """True when one accepted answer appears in the reply as a whole word or phrase, ignoring case."""
+    low = reply.lower()
+    return any(re.search(r"(?<![\w])" + re.escape(a.lower()) + r"(?![\w])", low) for a in answers)
+
+
+def left_padded(prompts: Sequence[torch.Tensor], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Stack (1, P_i) prompts into (B, max P) with padding on the left, and the attention mask."""
+    width = max(p.shape[1] for p in prompts)
+    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for i, p in enumerate(prompts):
+        ids[i, width - p.shape[1]:] = p[0]
+        mask[i, width - p.shape[1]:] = 1
+    return ids, mask
+
+
+def _pad_id(tokenizer) -> int:
+    return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+
+
+@torch.inference_mode()
+def greedy_batch(model, tokenizer, texts: Sequence[str], n_new: int, repetition_penalty: float = 1.0,
+                 force_length: bool = False) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """Greedy replies to several chat prompts in one batch. Returns (sequences, attention mask, prompt width)."""
+    ids, mask = left_padded([chat_prompt(tokenizer, t) for t in texts], _pad_id(tokenizer))
+    extra = {"min_new_tokens": n_new} if force_length else {}
+    out = model.generate(ids, attention_mask=mask, max_new_tokens=n_new, do_sample=False, top_p=None, top_k=None,
+                         temperature=None, repetition_penalty=repetition_penalty, pad_token_id=_pad_id(tokenizer),
+                         **extra)
+    new_mask = torch.ones((len(texts), out.shape[1] - ids.shape[1]), dtype=torch.long)
+    return out, torch.cat([mask, new_mask], dim=1), ids.shape[1]
+
+
+@dataclass
+class BatteryResult:
+    correct: list[bool]
+    replies: list[str]
+    repetition_penalty: float
+
+    @property
+    def score(self) -> int:
+        return sum(self.correct)
+
+
+def penalize(logits: torch.Tensor, seen: torch.Tensor, penalty: torch.Tensor) -> torch.Tensor:
+    """transformers' repetition penalty: every token already in the row (prompt and padding included, as
+    ``generate`` does) has its logit divided by the row's penalty if positive, multiplied if negative."""
+    scores = logits.gather(1, seen)
+    p = penalty[:, None]
+    scores = torch.where(scores < 0, scores * p, scores / p)
+    return logits.scatter(1, seen, scores)
+
+
+@torch.inference_mode()
+def greedy_with_penalties(model, ids: torch.Tensor, mask: torch.Tensor, penalties: Sequence[float],
+                          n_new: int) -> torch.Tensor:
+    """Greedy decoding of a left-padded batch under several repetition penalties at once.
+
+    The prompts are prefilled once; the cache is then repeated so that copy ``j`` of the batch decodes
+    under ``penalties[j]``. Returns the new tokens, (len(penalties) * B, n_new), copy by copy.
+    """
+    from . import kv_cache
+    r, b = len(penalties), ids.shape[0]
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+    logits, cache = kv_cache.forward(model, ids, cache=kv_cache.new_cache(model), attention_mask=mask,
+                                     position_ids=pos)
+    kv = [(k.repeat(r, 1, 1, 1), v.repeat(r, 1, 1, 1)) for k, v in kv_cache.cache_to_kv(cache)]
+    cache = kv_cache.cache_from_kv(model, kv)
+    seen, mask, pos = ids.repeat(r, 1), mask.repeat(r, 1), pos[:, -1:].repeat(r, 1)
+    penalty = torch.tensor(list(penalties), dtype=torch.float32).repeat_interleave(b)
+    last = logits[:, -1].float().repeat(r, 1)
+    out = []
+    for step in range(n_new):
+        nxt = penalize(last, seen, penalty).argmax(-1, keepdim=True)
+        out.append(nxt)
+        if step == n_new - 1:
+            break
+        seen, mask, pos = torch.cat([seen, nxt], 1), torch.cat([mask, torch.ones_like(nxt)], 1), pos + 1
+        logits, cache = kv_cache.forward(model, nxt, cache=cache, attention_mask=mask, position_ids=pos)
+        last = logits[:, -1].float()
+    return torch.cat(out, dim=1)
+
+
+def _reply(tokenizer, new_ids: torch.Tensor) -> str:
+    ids = new_ids.tolist()
+    eos = tokenizer.eos_token_id
+    if eos is not None and eos in ids:
+        ids = ids[:ids.index(eos)]
+    return tokenizer.decode(ids, skip_special_tokens=True).strip()
+
+
+def run_battery(model, tokenizer, battery: Sequence[dict], penalties: Sequence[float] = (1.0,),
+                n_new: int = 10) -> list[BatteryResult]:
+    """Ask every question greedily, once per repetition penalty (1.0 is off), in one batch; one result each."""
+    if not penalties or any(not p > 0 for p in penalties):
+        raise ValueError(f"Repetition penalties must be positive numbers (1.0 means off), got {list(penalties)}.")
+    ids, mask = left_padded([chat_prompt(tokenizer, b["question"]) for b in battery], _pad_id(tokenizer))
+    new = greedy_with_penalties(model, ids, mask, penalties, n_new).reshape(len(penalties), len(battery), n_new)
+    results = []
+    for p, rows in zip(penalties, new):
+        replies = [_reply(tokenizer, row) for row in rows]
+        results.append(BatteryResult([is_correct(r, b["answers"]) for r, b in zip(replies, battery)], replies,
+                                     float(p)))
+    return results
+
+
+def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """The Wilson score interval (95 % by default) for k successes in n trials."""
+    if n < 1 or not 0 <= k <= n:
+        raise ValueError(f"Need 0 <= k <= n and n >= 1, got k={k}, n={n}.")
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+# --------------------------------------------------------------------------- agreement
+
+
+@dataclass
+class Positions:
+    """The reference's own greedy continuations of several prompts: the positions agreement is scored on."""
+    sequences: torch.Tensor        # (B, width + n_new) left-padded prompt + generated tokens
+    attention_mask: torch.Tensor   # (B, width + n_new)
+    prompt_width: int              # padded prompt length: generated tokens start here in every row
+    prompts: list[str] = field(default_factory=list)
+
+    @property
+    def n_new(self) -> int:
+        return self.sequences.shape[1] - self.prompt_width
+
+    @property
+    def count(self) -> int:
+        return self.sequences.shape[0] * self.n_new
+
+
+def reference_positions(model, tokenizer, prompts: Sequence[str] = AGREEMENT_PROMPTS,
+                        n_positions: int = 144) -> Positions:
+    """Generate ``n_positions / len(prompts)`` greedy tokens per prompt from the reference (batched)."""
+    if not prompts or n_positions < len(prompts) or n_positions % len(prompts):
+        raise ValueError(f"n_positions ({n_positions}) must be a positive multiple of the {len(prompts)} prompts.")
+    seq, mask, width = greedy_batch(model, tokenizer, list(prompts), n_positions // len(prompts), force_length=True)
+    return Positions(seq, mask, width, list(prompts))
+
+
+@torch.inference_mode()
+def next_token_logprobs(model, positions: Positions) -> torch.Tensor:
+    """Log-probabilities (B, n_new, vocab) of the next token at every generated position, teacher-forced."""
+    mask = positions.attention_mask
+    pos_ids = (mask.cumsum(-1) - 1).clamp(min=0)
+    logits = model(positions.sequences, attention_mask=mask, position_ids=pos_ids).logits
+    w = positions.prompt_width
+    return torch.log_softmax(logits[:, w - 1:-1].float(), dim=-1)
+
+
+@dataclass(frozen=True)
+class Agreement:
+    matches: int
+    positions: int
+    rate: float                  # matches / positions: the acceptance rate α of greedy speculative decoding
+    low: float                   # 95 % Wilson interval
+    high: float
+    mean_kl: float               # mean KL(reference || test) over the positions, nats
+    per_position: tuple = ()     # 1 where the greedy tokens agree, 0 where not (row-major over prompts)
+
+    @property
+    def same_top_rate(self) -> float:
+        """llama.cpp's "same top p": the same statistic as ``rate`` (top tokens equal under the same prefix)."""
+        return self.rate
+
+
+def agreement(reference, test_model, positions: Positions) -> Agreement:
+    """How often ``test_model``'s greedy next token equals the reference's, given the identical prefix.
+
+    ``reference`` is the reference model, or its :func:`next_token_logprobs` computed beforehand: pass the
+    log-probs when the test model is the reference quantized *in place* (``with applied(model, scheme)``), e.g.::
+
+        pos = reference_positions(model, tok)          # the reference's own greedy text, 144 positions
+        ref = next_token_logprobs(model, pos)
+        with applied(model, scheme):
+            alpha = agreement(ref, model, pos).rate
+    """
+    ref = reference if isinstance(reference, torch.Tensor) else next_token_logprobs(reference, positions)
+    test = next_token_logprobs(test_model, positions)
+    if ref.shape != test.shape:
+        raise ValueError(f"Reference log-probs {tuple(ref.shape)} do not match these positions {tuple(test.shape)}: "
+                         f"compute them with next_token_logprobs on the same positions.")
+    same = (ref.argmax(-1) == test.argmax(-1)).reshape(-1)
+    kl = (ref.exp() * (ref - test)).sum(-1).clamp(min=0).mean()
+    k, n = int(same.sum()), same.numel()
+    low, high = wilson(k, n)
+    return Agreement(k, n, k / n, low, high, float(kl), tuple(same.int().tolist()))

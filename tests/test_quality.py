@@ -1,0 +1,159 @@
+import math
+
+import pytest
+import torch
+
+from helpers import quality as QL
+from helpers import quantization as Q
+
+
+def _positions(vocab=97, rows=3, width=6, n_new=8, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    seq = torch.randint(3, vocab, (rows, width + n_new), generator=g)
+    mask = torch.ones_like(seq)
+    mask[0, :2] = 0                                    # one left-padded row
+    seq[0, :2] = 0
+    return QL.Positions(seq, mask, width, ["a", "b", "c"])
+
+
+def test_applied_quantizes_every_projection_and_restores_it_bit_for_bit(tiny_llama):
+    before = {n: w.clone() for n, w in Q.projection_weights(tiny_llama).items()}
+    scheme = Q.Scheme("int4 per-row", "absmax", 4, axis=-1)
+    with QL.applied(tiny_llama, scheme):
+        inside = Q.projection_weights(tiny_llama)
+        assert all(torch.equal(inside[n], scheme.fake_quantize(w)) for n, w in before.items())
+    after = Q.projection_weights(tiny_llama)
+    assert all(torch.equal(after[n], w) for n, w in before.items())
+
+
+def test_applied_restores_even_when_the_block_raises(tiny_llama):
+    before = {n: w.clone() for n, w in Q.projection_weights(tiny_llama).items()}
+    with pytest.raises(RuntimeError):
+        with QL.applied(tiny_llama, Q.Scheme("int4", "absmax", 4)):
+            raise RuntimeError("boom")
+    assert all(torch.equal(Q.projection_weights(tiny_llama)[n], w) for n, w in before.items())
+
+
+def test_perplexity_matches_transformers_loss_and_its_definition(tiny_llama):
+    ids = torch.randint(0, 97, (1, 40), generator=torch.Generator().manual_seed(1))
+    p = QL.perplexity(tiny_llama, ids, n_bytes=100)
+    assert abs(p.nll - p.hf_loss) < 1e-5
+    assert abs(p.perplexity - math.exp(p.nll)) < 1e-9 and p.tokens == 39
+    assert abs(p.bits_per_byte - p.nll * 39 / math.log(2) / 100) < 1e-9
+    lo, hi = p.interval()
+    assert lo < p.perplexity < hi
+
+
+def test_a_random_model_has_perplexity_near_its_vocabulary_size(tiny_llama):
+    ids = torch.randint(0, 97, (1, 200), generator=torch.Generator().manual_seed(2))
+    p = QL.perplexity(tiny_llama, ids, n_bytes=200)
+    assert 50 < p.perplexity < 200
+
+
+def test_perplexity_refuses_a_span_too_short():
+    with pytest.raises(ValueError, match="at least 2"):
+        QL.perplexity(None, torch.tensor([[5]]), 1)
+
+
+def test_a_model_agrees_with_itself_everywhere_with_zero_kl(tiny_llama):
+    pos = _positions()
+    a = QL.agreement(tiny_llama, tiny_llama, pos)
+    assert a.matches == a.positions == 3 * 8 and a.rate == 1.0 and a.mean_kl < 1e-6
+    assert a.same_top_rate == 1.0 and len(a.per_position) == 24
+
+
+def test_agreement_from_precomputed_logprobs_equals_agreement_from_the_model(tiny_llama):
+    pos = _positions(seed=3)
+    ref = QL.next_token_logprobs(tiny_llama, pos)
+    with QL.applied(tiny_llama, Q.Scheme("int4 per-tensor", "absmax", 4)):
+        a1 = QL.agreement(ref, tiny_llama, pos)
+    import copy
+    quantized = copy.deepcopy(tiny_llama)
+    with torch.no_grad():
+        for w in Q.projection_weights(quantized).values():
+            w.copy_(Q.Scheme("x", "absmax", 4).fake_quantize(w))
+    a2 = QL.agreement(tiny_llama, quantized, pos)
+    assert a1 == a2 and a1.mean_kl > 0
+
+
+def test_agreement_counts_only_generated_positions_and_kl_is_nonnegative(tiny_llama):
+    pos = _positions(seed=4)
+    ref = QL.next_token_logprobs(tiny_llama, pos)
+    assert ref.shape == (3, 8, 97)
+    noisy = ref + 0.5 * torch.randn(ref.shape, generator=torch.Generator().manual_seed(0))
+    noisy = torch.log_softmax(noisy, -1)
+    same = (ref.argmax(-1) == noisy.argmax(-1)).sum()
+
+    class Fixed(torch.nn.Module):       # a "model" whose teacher-forced log-probs are `noisy`
+        def forward(self, ids, attention_mask=None, position_ids=None):
+            full = torch.zeros(ids.shape[0], ids.shape[1], 97)
+            full[:, pos.prompt_width - 1:-1] = noisy
+            return type("Out", (), {"logits": full})()
+
+    a = QL.agreement(ref, Fixed(), pos)
+    assert a.matches == int(same) and a.mean_kl > 0
+    with pytest.raises(ValueError, match="do not match"):
+        QL.agreement(ref[:, :4], Fixed(), pos)
+
+
+def test_wilson_interval_known_values_and_properties():
+    lo, hi = QL.wilson(142, 144)
+    assert abs(lo - 0.9507) < 1e-3 and abs(hi - 0.9962) < 1e-3
+    lo, hi = QL.wilson(0, 16)
+    assert lo == 0.0 and 0.19 < hi < 0.21
+    assert QL.wilson(8, 16)[1] - QL.wilson(8, 16)[0] > QL.wilson(72, 144)[1] - QL.wilson(72, 144)[0]
+    with pytest.raises(ValueError):
+        QL.wilson(5, 4)
+
+
+def test_answers_are_matched_as_whole_words_ignoring_case():
+    assert QL.is_correct("The capital of France is Paris.", ["Paris"])
+    assert QL.is_correct("A week has 7 days", ["seven", "7"])
+    assert not QL.is_correct("It boils at 1000 degrees", ["100"])
+    assert not QL.is_correct("Parisian food", ["Paris"])
+    assert QL.is_correct("painted by Leonardo da Vinci", ["da Vinci"])
+
+
+def test_the_battery_file_has_sixteen_questions_with_answers():
+    b = QL.load_battery()
+    assert len(b) == 16 and all(q["answers"] for q in b)
+
+
+def test_left_padding_puts_every_prompt_at_the_right_edge():
+    ids, mask = QL.left_padded([torch.tensor([[5, 6, 7]]), torch.tensor([[8]])], pad_id=0)
+    assert ids.tolist() == [[5, 6, 7], [0, 0, 8]] and mask.tolist() == [[1, 1, 1], [0, 0, 1]]
+
+
+@pytest.mark.parametrize("penalty", [1.0, 1.3])
+def test_batched_penalty_decoding_equals_transformers_generate(tiny_llama, penalty):
+    g = torch.Generator().manual_seed(5)
+    prompts = [torch.randint(3, 97, (1, n), generator=g) for n in (5, 3, 7)]
+    ids, mask = QL.left_padded(prompts, pad_id=0)
+    ours = QL.greedy_with_penalties(tiny_llama, ids, mask, (1.0, penalty), n_new=6)
+    ref = tiny_llama.generate(ids, attention_mask=mask, max_new_tokens=6, min_new_tokens=6, do_sample=False,
+                              repetition_penalty=penalty, pad_token_id=0, eos_token_id=None)
+    assert torch.equal(ours[3:], ref[:, ids.shape[1]:])
+    assert ours.shape == (6, 6)
+
+
+def test_penalize_divides_positive_and_multiplies_negative_scores():
+    logits = torch.tensor([[2.0, -2.0, 1.0]])
+    out = QL.penalize(logits, torch.tensor([[0, 1]]), torch.tensor([2.0]))
+    assert out.tolist() == [[1.0, -4.0, 1.0]]
+
+
+def test_student_schemes_and_their_one_sentence_errors(tiny_llama):
+    assert QL.student_scheme(4, 64).group_size == 64
+    assert QL.student_scheme(8, "row").axis == -1
+    with pytest.raises(ValueError, match="bits"):
+        QL.student_scheme(9, "row")
+    with pytest.raises(ValueError, match="does not divide"):
+        QL.student_scheme(4, 100, tiny_llama)
+    with pytest.raises(ValueError, match="group size"):
+        QL.student_scheme(4, "column")
+
+
+def test_the_table_has_the_reference_and_six_schemes():
+    names = [QL.scheme_name(s) for s in QL.table_schemes()]
+    assert names == ["reference", "int8 per-tensor", "int8 per-row", "int4 per-tensor", "int4 per-row",
+                     "int4 group-128", "NF4 block-64"]
