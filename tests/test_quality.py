@@ -157,3 +157,29 @@ def test_the_table_has_the_reference_and_six_schemes():
     names = [QL.scheme_name(s) for s in QL.table_schemes()]
     assert names == ["reference", "int8 per-tensor", "int8 per-row", "int4 per-tensor", "int4 per-row",
                      "int4 group-128", "NF4 block-64"]
+
+
+def test_weight_only_kernels_compute_exactly_their_fake_quantized_schemes():
+    from helpers import kernels as K
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(128, 96, bias=True)
+    x = torch.randn(3, 128)
+    cases = {K.Int8WeightOnlyLinear(lin): Q.Scheme("int8 per-row", "absmax", 8, axis=-1),
+             K.Int4WeightOnlyLinear(lin, 64): Q.Scheme("int4 g64", "asymmetric", 4, axis=-1, group_size=64)}
+    for kernel, scheme in cases.items():
+        expected = x @ scheme.fake_quantize(lin.weight.detach()).T + lin.bias.detach()
+        got = kernel(x)
+        assert (got - expected).abs().max() < 1e-4 * expected.abs().max()
+
+
+def test_with_kernel_replaces_only_the_projections_and_counts_fewer_bytes(tiny_llama):
+    from helpers import kernels as K
+    fp32 = K.linear_bytes(tiny_llama)
+    q8 = K.with_kernel(tiny_llama, "int8 weight-only")
+    assert isinstance(q8.model.layers[0].mlp.down_proj, K.Int8WeightOnlyLinear)
+    assert isinstance(q8.lm_head, torch.nn.Linear)
+    assert K.linear_bytes(q8) < fp32 / 3
+    ids = torch.randint(0, 97, (1, 5))
+    assert q8(ids).logits.shape == tiny_llama(ids).logits.shape
+    with pytest.raises(ValueError, match="kernel must be one of"):
+        K.with_kernel(tiny_llama, "int3")
