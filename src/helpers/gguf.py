@@ -15,18 +15,70 @@ needs two things from that:
   formats (K-quants and the rest) are read through ``gguf`` only, and a model
   that is not a GGUF file has no stored blocks at all: :func:`stored_blocks`
   says so instead of guessing.
+
+Q4_1 also appears here as a quantizer (:func:`q4_1_quantize`), because our
+reference weights are stored in it; :mod:`helpers.quantization` re-exports it.
 """
 from __future__ import annotations
 
 import functools
+import math
 
 import torch
+
+from .quant_blocks import _check_weights, _Layout
 
 # The three simple formats we unpack ourselves: (weights per block, bytes per block).
 Q4_0_BLOCK, Q4_0_BYTES = 32, 2 + 16          # fp16 d, 32 four-bit codes:  w = (q - 8) * d
 Q4_1_BLOCK, Q4_1_BYTES = 32, 2 + 2 + 16      # fp16 d, fp16 m, 32 codes:   w = q * d + m
 Q8_0_BLOCK, Q8_0_BYTES = 32, 2 + 32          # fp16 d, 32 int8 codes:       w = q * d
 UNPACKED = ("Q4_0", "Q4_1", "Q8_0")
+
+# --------------------------------------------------------------------------- Q4_1 as a quantizer (our reference's format)
+
+
+
+def q4_1_quantize(w: torch.Tensor):
+    """GGML Q4_1: blocks of 32 consecutive weights, ``w ~ q * d + m`` with q in 0..15.
+
+    Returns (codes uint8 shaped like ``w``, d fp16 per block, m fp16 per block).
+    Rounds exactly like llama.cpp's reference (codes from fp32 ``d`` and ``min``,
+    both stored in fp16).
+    """
+    w = _check_weights(w)
+    lay = _Layout(w.shape, None, Q4_1_BLOCK)
+    b = lay.to_blocks(w)
+    mn = b.amin(dim=1, keepdim=True)
+    d = (b.amax(dim=1, keepdim=True) - mn) / 15
+    inv = torch.where(d == 0, torch.zeros_like(d), 1 / d)
+    q = torch.trunc((b - mn) * inv + 0.5).clamp(0, 15)
+    return lay.from_blocks(q.to(torch.uint8)), d.reshape(-1).half(), mn.reshape(-1).half()
+
+
+def q4_1_dequantize(q: torch.Tensor, d: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+    if d.numel() * Q4_1_BLOCK != q.numel() or m.numel() != d.numel():
+        raise ValueError(f"Q4_1 needs one d and one m per {Q4_1_BLOCK} codes: got {q.numel()} codes, "
+                         f"{d.numel()} d and {m.numel()} m.")
+    b = q.reshape(-1, Q4_1_BLOCK).to(torch.float32)
+    return (d.float().reshape(-1, 1) * b + m.float().reshape(-1, 1)).reshape(q.shape)
+
+
+def q4_1_error_estimate(w: torch.Tensor) -> float:
+    """Estimated relative error Q4_1 causes on ``w``, from the block steps ``d`` alone.
+
+    Inside a block the minimum and the maximum are stored exactly (codes 0 and
+    15); each of the other 30 weights is off by a rounding error spread evenly
+    over one step, whose mean square is ``d**2 / 12``. For weights that already
+    sit on a Q4_1 grid (our reference) this estimates how far the grid is from
+    the unknown weights it was rounded from.
+    """
+    w = _check_weights(w)
+    _, d, _ = q4_1_quantize(w)
+    norm = float(torch.linalg.vector_norm(w))
+    if norm == 0:
+        raise ValueError("The tensor is all zeros, so a relative error is undefined.")
+    return math.sqrt(float((d.double() ** 2).sum()) * (Q4_1_BLOCK - 2) / 12) / norm
+
 
 GGUF_NAMES = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
               "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",

@@ -182,51 +182,8 @@ def nf4_dequantize(idx: torch.Tensor, absmax: torch.Tensor) -> torch.Tensor:
     return codebook_dequantize(idx, absmax, nf4_levels())
 
 
-# --------------------------------------------------------------------------- GGML Q4_1 (our reference's format)
-
-Q4_1_BLOCK = 32
-
-
-def q4_1_quantize(w: torch.Tensor):
-    """GGML Q4_1: blocks of 32 consecutive weights, ``w ~ q * d + m`` with q in 0..15.
-
-    Returns (codes uint8 shaped like ``w``, d fp16 per block, m fp16 per block).
-    Rounds exactly like llama.cpp's reference (codes from fp32 ``d`` and ``min``,
-    both stored in fp16).
-    """
-    w = _check_weights(w)
-    lay = _Layout(w.shape, None, Q4_1_BLOCK)
-    b = lay.to_blocks(w)
-    mn = b.amin(dim=1, keepdim=True)
-    d = (b.amax(dim=1, keepdim=True) - mn) / 15
-    inv = torch.where(d == 0, torch.zeros_like(d), 1 / d)
-    q = torch.trunc((b - mn) * inv + 0.5).clamp(0, 15)
-    return lay.from_blocks(q.to(torch.uint8)), d.reshape(-1).half(), mn.reshape(-1).half()
-
-
-def q4_1_dequantize(q: torch.Tensor, d: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
-    if d.numel() * Q4_1_BLOCK != q.numel() or m.numel() != d.numel():
-        raise ValueError(f"Q4_1 needs one d and one m per {Q4_1_BLOCK} codes: got {q.numel()} codes, "
-                         f"{d.numel()} d and {m.numel()} m.")
-    b = q.reshape(-1, Q4_1_BLOCK).to(torch.float32)
-    return (d.float().reshape(-1, 1) * b + m.float().reshape(-1, 1)).reshape(q.shape)
-
-
-def q4_1_error_estimate(w: torch.Tensor) -> float:
-    """Estimated relative error Q4_1 causes on ``w``, from the block steps ``d`` alone.
-
-    Inside a block the minimum and the maximum are stored exactly (codes 0 and
-    15); each of the other 30 weights is off by a rounding error spread evenly
-    over one step, whose mean square is ``d**2 / 12``. For weights that already
-    sit on a Q4_1 grid (our reference) this estimates how far the grid is from
-    the unknown weights it was rounded from.
-    """
-    w = _check_weights(w)
-    _, d, _ = q4_1_quantize(w)
-    norm = float(torch.linalg.vector_norm(w))
-    if norm == 0:
-        raise ValueError("The tensor is all zeros, so a relative error is undefined.")
-    return math.sqrt(float((d.double() ** 2).sum()) * (Q4_1_BLOCK - 2) / 12) / norm
+# GGML's Q4_1 (our reference's format) lives with the other GGUF block formats.
+from .gguf import Q4_1_BLOCK, q4_1_dequantize, q4_1_error_estimate, q4_1_quantize  # noqa: E402,F401
 
 
 # --------------------------------------------------------------------------- bookkeeping and error
