@@ -1,0 +1,156 @@
+"""The drafts of section 8: who proposes the tokens the target verifies.
+
+A draft is any object with three methods (the ``Draft`` protocol, used by
+:func:`helpers.speculative.speculative_generate`):
+
+* ``start(prompt_ids)``: forget everything, the committed text is now the prompt (1, tokens);
+* ``propose(gamma, sample, temperature, top_k, generator) -> (tokens, q_rows)``: up to ``gamma`` next tokens
+  (a list of ints, possibly shorter or empty) and, when sampling, the draft's processed distribution
+  q over the whole vocabulary for each (a (len(tokens), vocab) tensor; ``None`` when greedy);
+* ``commit(tokens)``: the target kept these tokens (accepted proposals plus its own next token).
+
+Three kinds here:
+
+* :class:`ModelDraft`: any causal LM with the target's vocabulary (a quantized copy, the distilled student of
+  section 9), with its own KV cache, cropped after every verification. An optional ``token_map`` lets the
+  model's LM head cover only some token ids (a frequency-restricted head, FR-Spec 2025): tokens it cannot
+  propose have q = 0, which keeps the rule exact;
+* :func:`early_exit_draft`: the target's own first layers with such a restricted head;
+* :class:`PromptLookupDraft`: no model at all, it copies what followed the latest earlier occurrence of the
+  last few tokens (n-gram "prompt lookup"); q is one-hot on its proposal.
+"""
+from __future__ import annotations
+
+import torch
+
+from . import kv_cache as kc
+from .speculative import processed
+
+
+class ModelDraft:
+    """A causal LM as a draft, with its own cache; ``token_map[i]`` is the vocabulary id of head row i."""
+
+    def __init__(self, model: torch.nn.Module, token_map: torch.Tensor | None = None, vocab: int | None = None):
+        self.model, self.token_map = model, token_map
+        self.vocab = vocab or model.config.vocab_size
+        self.forwards = 0
+
+    def start(self, prompt_ids: torch.Tensor) -> None:
+        self.ids = prompt_ids[0].tolist()
+        self.cache, self.cached = kc.new_cache(self.model), []    # `cached`: the tokens the cache holds
+        self.forwards = 0
+
+    def _feed(self, ids: list[int]) -> torch.Tensor:
+        x = torch.tensor([ids], device=next(self.model.parameters()).device)
+        logits, self.cache = kc.forward(self.model, x, cache=self.cache)
+        self.cached += ids
+        self.forwards += 1
+        return logits[0, -1]
+
+    def _full_q(self, q_small: torch.Tensor) -> torch.Tensor:
+        if self.token_map is None:
+            return q_small
+        return torch.zeros(self.vocab, dtype=q_small.dtype).scatter(0, self.token_map, q_small)
+
+    @torch.inference_mode()
+    def propose(self, gamma: int, sample: bool = False, temperature: float = 1.0, top_k: int | None = None,
+                generator: torch.Generator | None = None):
+        logits = self._feed(self.ids[len(self.cached):])
+        tokens, qs = [], []
+        for i in range(gamma):
+            if sample:
+                q = self._full_q(processed(logits, temperature, top_k))
+                qs.append(q)
+                tok = int(torch.multinomial(q, 1, generator=generator))
+            else:
+                j = int(logits.argmax())
+                tok = int(self.token_map[j]) if self.token_map is not None else j
+            tokens.append(tok)
+            if i + 1 < gamma:
+                logits = self._feed([tok])
+        return tokens, (torch.stack(qs) if sample else None)
+
+    def commit(self, tokens: list[int]) -> None:
+        self.ids += tokens
+        same = 0
+        limit = min(len(self.cached), len(self.ids) - 1)      # always leave one token to feed next time
+        while same < limit and self.cached[same] == self.ids[same]:
+            same += 1
+        kc.crop_cache(self.cache, same)
+        self.cached = self.cached[:same]
+
+
+def as_draft(draft):
+    """A draft object for the loop: objects with the protocol pass through, modules become :class:`ModelDraft`."""
+    if all(hasattr(draft, m) for m in ("start", "propose", "commit")):
+        return draft
+    if isinstance(draft, torch.nn.Module):
+        return ModelDraft(draft)
+    raise ValueError("draft must be a causal-LM torch.nn.Module or an object with start, propose and commit.")
+
+
+class PromptLookupDraft:
+    """Propose the tokens that followed the latest earlier occurrence of the last n tokens (n = max_ngram..1)."""
+
+    def __init__(self, vocab: int, max_ngram: int = 3, min_ngram: int = 1):
+        if not 1 <= min_ngram <= max_ngram:
+            raise ValueError(f"need 1 <= min_ngram <= max_ngram, got {min_ngram} and {max_ngram}.")
+        self.vocab, self.max_ngram, self.min_ngram = vocab, max_ngram, min_ngram
+        self.forwards = 0
+
+    def start(self, prompt_ids: torch.Tensor) -> None:
+        self.ids = prompt_ids[0].tolist()
+
+    def lookup(self, gamma: int) -> list[int]:
+        ids = self.ids
+        for n in range(min(self.max_ngram, len(ids) - 1), self.min_ngram - 1, -1):
+            tail = ids[-n:]
+            for s in range(len(ids) - n - 1, -1, -1):            # latest earlier occurrence first
+                if ids[s:s + n] == tail:
+                    return ids[s + n:s + n + gamma]
+        return []
+
+    def propose(self, gamma: int, sample: bool = False, generator=None, **_):
+        tokens = self.lookup(gamma)
+        if not sample:
+            return tokens, None
+        q = torch.zeros(len(tokens), self.vocab)
+        q[torch.arange(len(tokens)), torch.tensor(tokens, dtype=torch.long)] = 1.0
+        return tokens, q
+
+    def commit(self, tokens: list[int]) -> None:
+        self.ids += tokens
+
+
+def frequent_tokens(ids: torch.Tensor, n: int, vocab: int, always: torch.Tensor | None = None) -> torch.Tensor:
+    """The ``n`` most frequent token ids in ``ids`` (ties by id), plus ``always``; sorted."""
+    counts = torch.bincount(ids.reshape(-1), minlength=vocab)
+    top = counts.topk(min(n, vocab)).indices
+    if always is not None:
+        top = torch.cat([top, always.reshape(-1)])
+    return torch.unique(top)
+
+
+def restrict_head(model: torch.nn.Module, token_map: torch.Tensor) -> torch.nn.Module:
+    """Replace the LM head by one with only the rows ``token_map`` (in place); returns the model."""
+    head = model.get_output_embeddings()
+    small = torch.nn.Linear(head.weight.shape[1], len(token_map), bias=head.bias is not None)
+    with torch.no_grad():
+        small.weight.copy_(head.weight[token_map])
+        if head.bias is not None:
+            small.bias.copy_(head.bias[token_map])
+    small.to(head.weight.device, head.weight.dtype)
+    model.set_output_embeddings(small)
+    model.config.tie_word_embeddings = False
+    return model
+
+
+def early_exit_draft(target: torch.nn.Module, layers: int, token_map: torch.Tensor | None = None) -> ModelDraft:
+    """The target's first ``layers`` decoder layers (copied), its final norm, and an LM head restricted to
+    ``token_map`` (all tokens if ``None``)."""
+    from .distillation import student_from_teacher
+    vocab = target.config.vocab_size
+    student = student_from_teacher(target, list(range(layers)))
+    if token_map is not None:
+        restrict_head(student, token_map)
+    return ModelDraft(student, token_map, vocab)

@@ -1,0 +1,194 @@
+"""Speculative decoding (section 8): the arithmetic, the acceptance rule, and the draft/verify loop.
+
+* the arithmetic: :func:`expected_tokens` per verification, (1 - α^(γ+1)) / (1 - α), and
+  :func:`speedup`, that divided by the cost of a round, γc + v (v = 1 in the chapter; on a CPU the
+  measured cost of verifying γ + 1 tokens in one forward, relative to one);
+* the rule of Leviathan et al. (2023): the draft proposes x ~ q, the target keeps it with probability
+  min(1, p(x) / q(x)), and otherwise samples from the residual max(p - q, 0), normalised
+  (:func:`accept_token`, :func:`residual`). p is always the *target*, q the *draft*;
+* :func:`speculative_generate`: the loop, greedy or sampled, with any draft from :mod:`helpers.drafts`
+  (or any causal-LM module sharing the target's vocabulary).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from . import kv_cache as kc
+from .measure import now
+
+# --------------------------------------------------------------------------- the arithmetic
+
+
+def check_params(alpha: float, gamma: int, c: float | None = None) -> None:
+    """Raise ``ValueError`` (one sentence) for an α outside [0, 1), a γ below 1, or a c that is not positive."""
+    if not 0 <= alpha < 1:
+        raise ValueError(f"alpha must be in [0, 1) (an acceptance rate below certainty), got {alpha}.")
+    if isinstance(gamma, bool) or int(gamma) != gamma or gamma < 1:
+        raise ValueError(f"gamma must be a whole number of draft tokens, at least 1, got {gamma}.")
+    if c is not None and not c > 0:
+        raise ValueError(f"c (draft cost per token as a fraction of a target step) must be > 0, got {c}.")
+
+
+def expected_tokens(alpha: float, gamma: int) -> float:
+    """Tokens kept per verification: the accepted prefix plus the target's own token, (1 - α^(γ+1)) / (1 - α)."""
+    check_params(alpha, gamma)
+    return (1 - alpha ** (gamma + 1)) / (1 - alpha)
+
+
+def round_cost(gamma: int, c: float, v: float = 1.0) -> float:
+    """Cost of one round in target steps: γ draft tokens at c each, plus one verification costing v."""
+    check_params(0.0, gamma, c)
+    return gamma * c + v
+
+
+def speedup(alpha: float, gamma: int, c: float, v: float = 1.0) -> float:
+    """Expected tokens per round divided by the round's cost: E / (γc + v)."""
+    return expected_tokens(alpha, gamma) / round_cost(gamma, c, v)
+
+
+# --------------------------------------------------------------------------- the acceptance rule
+
+
+def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """max(p - q, 0), normalised: where the target samples after a rejection."""
+    r = (p - q).clamp(min=0)
+    total = r.sum()
+    return r / total if total > 0 else p
+
+
+def emitted_distribution(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """What the rule emits, in closed form: accepted mass min(p, q) plus the rejected mass times the residual."""
+    accepted = torch.minimum(p, q)
+    return accepted + (1 - accepted.sum()) * residual(p, q)
+
+
+def accept_token(p: torch.Tensor, q: torch.Tensor, x: int, generator: torch.Generator | None = None,
+                 always_accept: bool = False) -> tuple[bool, int]:
+    """One draft token x ~ q judged against the target p. Returns (kept, the token emitted).
+
+    ``always_accept`` is the negative control (it emits q, not p). The generator is the caller's, never reseeded.
+    """
+    if always_accept:
+        return True, x
+    u = torch.rand((), generator=generator, device=p.device)
+    if q[x] > 0 and u * q[x] < p[x]:                 # u < min(1, p(x) / q(x)) without dividing
+        return True, x
+    return False, int(torch.multinomial(residual(p, q), 1, generator=generator))
+
+
+def sample_emitted(p: torch.Tensor, q: torch.Tensor, n: int, generator: torch.Generator,
+                   always_accept: bool = False) -> torch.Tensor:
+    """``n`` independent rounds of one draft token: x ~ q, then :func:`accept_token`. Returns the emitted tokens."""
+    xs = torch.multinomial(q, n, replacement=True, generator=generator)
+    return torch.tensor([accept_token(p, q, int(x), generator, always_accept)[1] for x in xs])
+
+
+def total_variation(p: torch.Tensor, counts: torch.Tensor) -> float:
+    """Half the L1 distance between p and the empirical distribution of ``counts``."""
+    return 0.5 * float((counts / counts.sum() - p).abs().sum())
+
+
+def tv_threshold(n: int, support: int, delta: float = 1e-6) -> float:
+    """A TV a correct sampler exceeds with probability below ``delta``: E[TV] <= ½√(k/n) (Cauchy-Schwarz over
+    the k outcomes), and TV moves by at most 1/n per draw, so McDiarmid adds √(ln(1/δ) / 2n)."""
+    return 0.5 * math.sqrt(support / n) + math.sqrt(math.log(1 / delta) / (2 * n))
+
+
+def chi_square_pvalue(counts: torch.Tensor, p: torch.Tensor) -> float:
+    """Pearson's chi-square goodness of fit over the outcomes with p > 0 (p-value from the regularised gamma)."""
+    keep = p > 0
+    if (counts[~keep] > 0).any():
+        return 0.0
+    n = counts.sum()
+    expected = p[keep].double() * n
+    stat = ((counts[keep].double() - expected) ** 2 / expected).sum()
+    dof = int(keep.sum()) - 1
+    return float(torch.special.gammaincc(torch.tensor(dof / 2, dtype=torch.float64), stat / 2))
+
+
+def processed(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None) -> torch.Tensor:
+    """softmax(logits / T) restricted to the top k: the distribution a sampler really draws from (both p and q)."""
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0 (use greedy decoding for T = 0), got {temperature}.")
+    z = logits.float() / temperature
+    if top_k is not None and top_k < z.shape[-1]:
+        cut = z.topk(top_k, dim=-1).values[..., -1:]
+        z = z.masked_fill(z < cut, float("-inf"))
+    return torch.softmax(z, dim=-1)
+
+
+# --------------------------------------------------------------------------- the loop
+
+
+def verify_greedy(target_logits: torch.Tensor, proposals: list[int]) -> tuple[int, int]:
+    """Longest prefix of the proposals that equals the target's argmax, and the target's next token after it."""
+    choice = target_logits.argmax(-1).tolist()
+    n_ok = 0
+    while n_ok < len(proposals) and proposals[n_ok] == choice[n_ok]:
+        n_ok += 1
+    return n_ok, choice[n_ok]
+
+
+def verify_sampled(p_rows: torch.Tensor, q_rows: torch.Tensor, proposals: list[int],
+                   generator: torch.Generator | None) -> tuple[int, int]:
+    """Leviathan's rule down the proposals; if all are kept, the bonus token is drawn from the last p."""
+    for i, x in enumerate(proposals):
+        kept, token = accept_token(p_rows[i], q_rows[i], x, generator)
+        if not kept:
+            return i, token
+    return len(proposals), int(torch.multinomial(p_rows[len(proposals)], 1, generator=generator))
+
+
+def _check_inputs(prompt_ids: torch.Tensor, n_new: int, gamma: int) -> None:
+    if prompt_ids.dim() != 2 or prompt_ids.shape[0] != 1 or prompt_ids.shape[1] < 1:
+        raise ValueError(f"prompt_ids must be one non-empty sequence shaped (1, tokens), got {tuple(prompt_ids.shape)}.")
+    if isinstance(n_new, bool) or not isinstance(n_new, int) or n_new < 1:
+        raise ValueError(f"n_new must be a positive whole number of tokens, got {n_new!r}.")
+    check_params(0.0, gamma)
+
+
+@torch.inference_mode()
+def speculative_generate(target, draft, prompt_ids: torch.Tensor, n_new: int, gamma: int,
+                         sample: bool = False, temperature: float = 1.0, top_k: int | None = None,
+                         generator: torch.Generator | None = None):
+    """Generate ``n_new`` tokens with ``draft`` proposing up to ``gamma`` at a time and ``target`` verifying them.
+
+    ``draft`` is a causal-LM module sharing the target's vocabulary, or any object with the
+    :class:`helpers.drafts.Draft` protocol (``start``, ``propose``, ``commit``). Greedy by default (the output
+    equals plain greedy decoding); with ``sample=True`` Leviathan's rule on the processed distributions.
+    Returns (tokens (1, n_new), stats dict: proposed, accepted, acceptance_rate, target_forwards, seconds, ...).
+    """
+    from .drafts import as_draft
+    _check_inputs(prompt_ids, n_new, gamma)
+    draft = as_draft(draft)
+    t0 = now()
+    cache = kc.new_cache(target)
+    if prompt_ids.shape[1] > 1:
+        _, cache = kc.forward(target, prompt_ids[:, :-1], cache=cache)
+    draft.start(prompt_ids)
+    last, out = int(prompt_ids[0, -1]), []
+    proposed = accepted = forwards = 0
+    while len(out) < n_new:
+        held = kc.cache_length(cache)                      # every committed token except `last`
+        proposals, q_rows = draft.propose(gamma, sample=sample, temperature=temperature, top_k=top_k,
+                                          generator=generator)
+        ids = torch.tensor([[last] + proposals], device=prompt_ids.device)
+        logits, cache = kc.forward(target, ids, cache=cache)
+        forwards += 1
+        if sample:
+            p_rows = processed(logits[0], temperature, top_k)
+            n_ok, nxt = verify_sampled(p_rows, q_rows, proposals, generator)
+        else:
+            n_ok, nxt = verify_greedy(logits[0], proposals)
+        proposed, accepted = proposed + len(proposals), accepted + n_ok
+        new = proposals[:n_ok] + [nxt]
+        kc.crop_cache(cache, held + 1 + n_ok)              # keep `last` and the accepted proposals
+        draft.commit(new)
+        out += new
+        last = nxt
+    tokens = torch.tensor([out[:n_new]], device=prompt_ids.device)
+    return tokens, dict(proposed=proposed, accepted=accepted, acceptance_rate=accepted / max(proposed, 1),
+                        target_forwards=forwards, tokens_per_forward=len(out) / forwards,
+                        draft_forwards=getattr(draft, "forwards", 0), seconds=now() - t0)
