@@ -69,6 +69,9 @@ S6_GIANT_DIM, S6_GIANT_VALUE, S6_MEDIAN_DIM_MAX = 62, 1579.6, 1.6
 S6_INT8_SCALE, S6_INT8_LEVELS = 12.4378, 14
 S6_HISTOGRAM_LAYER16 = {"0-1": 254, "1-2": 283, "2-4": 226, "4-8": 93, "8-16": 18, "16-32": 9,
                         "32-64": 7, "64-128": 5, "128-1024": 0, "1024-4096": 1}
+S6_MEDIAN_MAGNITUDE, S6_P99_MAGNITUDE = 0.26, 2.51     # |h| at layer 16, all values
+S6_TOP_K, S6_SCALE_TOP_K, S6_SHRINK_TOP_K = 4, 0.5749, 22   # scale with the top 4 dims set aside, 22x smaller
+S6_ORDINARY_DIMS = [(826, 4.77, 1, 8), (336, 1.62, 1, 4), (96, 0.69, 1, 3)]   # (dim, max |h|, levels, levels top-4 aside)
 
 # 7. Does quality survive quantization? (perplexity on 2,048 tokens of English prose)
 S7_PERPLEXITY = {"reference": 23.08, "int8 per-row": 22.96, "int4 per-tensor": 365_416_000,
@@ -79,6 +82,11 @@ S7_CARELESS_INT8_PPL_COST = 0.5          # int8 per-tensor: +0.5 perplexity, no 
 S7_NF4_VS_G128 = (6.5, 1)                # perplexity gap and battery questions between NF4 and group-128
 S7_REPETITION_PENALTY = 1.1              # the stock repetition penalty of the chapter's model (Qwen2.5-Instruct)
 S7_LLAMA_CPP_Q4_MS, S7_FP32_TRANSFORMERS_MS = 9.1, 55.0   # decode ms/token measured earlier on these machines
+
+# 8. Speculative decoding: the bold entry (alpha 0.30, c = 1/5: five forward passes' worth, 1.4 tokens kept)
+# and gamma = 8 at c = 0.1 (speed-up by alpha)
+S8_BOLD = dict(alpha=0.30, c=1 / 5, passes=5, tokens=1.4)
+S8_GAMMA8 = dict(gamma=8, c=0.1, speedup={0.9: 3.40, 0.3: 0.79})
 
 # 9. Distillation: the chapter model's next-token distribution after "She poured the milk into the"
 S9_PROMPT = "She poured the milk into the"
