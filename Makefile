@@ -8,7 +8,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9]*.md))
 
-.PHONY: install book test unit notebooks browser lab serve clean system-deps bench
+.PHONY: install book test unit notebooks browser lab serve clean system-deps bench present book-incremental
 
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -49,10 +49,29 @@ bench: install
 system-deps:
 	scripts/install-system-deps
 
-# Students: generate the .ipynb notebooks (paired with the .md sources by jupytext) and open JupyterLab.
+# Students: (re)generate the .ipynb of every .md that is newer (jupytext.toml pairs them: saving writes both)
+# and open JupyterLab.
 lab: $(STAMP)
-	for nb in $(NOTEBOOKS); do test -f $${nb%.md}.ipynb || $(PY) -m jupytext --quiet --to ipynb $$nb; done
+	$(PY) scripts/lab-notebooks notebooks
 	$(VENV)/bin/jupyter lab notebooks/
+
+# Instructors: present one notebook to a room with Voila: outputs and live controls, large, no code.
+#   make present NB=02   (or no NB: a list of the notebooks to pick from)
+present: $(STAMP)
+	$(PY) scripts/lab-notebooks notebooks
+	JUPYTER_PATH=$(CURDIR)/instructor $(VENV)/bin/voila $(if $(NB),$$(ls notebooks/$(NB)*.ipynb | head -1),notebooks/) \
+	  --template=room --show_tracebacks=True --Voila.ip=127.0.0.1
+
+# Course builders: rebuild the site re-executing only the notebooks whose code changed (jupyter-cache keeps
+# the outputs in build/jupyter-cache). `make book` stays the measuring build: it executes everything.
+book-incremental: install
+	mkdir -p build
+	$(PY) -c "import os, yaml; c = yaml.safe_load(open('book/_config.yml')); \
+	  c['execute'].update(execute_notebooks='cache', cache='$(CURDIR)/build/jupyter-cache'); \
+	  ext = c['sphinx']['local_extensions']; ext.update({k: os.path.abspath('book/' + v) for k, v in ext.items()}); \
+	  yaml.safe_dump(c, open('build/_config-incremental.yml', 'w'))"
+	$(VENV)/bin/jupyter-book build book --config build/_config-incremental.yml --warningiserror --keep-going
+	@echo "Open book/_build/html/index.html (or: make serve)"
 
 serve:
 	$(PY) -m http.server -d book/_build/html 8000 --bind 127.0.0.1

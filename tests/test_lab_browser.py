@@ -237,7 +237,7 @@ def move(control, page) -> str:
     return ""
 
 
-def exercise_controls(page, name: str) -> list[str]:
+def exercise_controls(page, name: str, idle_js: str = IDLE_JS) -> list[str]:
     """Move every live control of the page one step; check each changes its output. Returns a report."""
     report = []
     interacts = page.locator(".widget-interact")
@@ -256,11 +256,13 @@ def exercise_controls(page, name: str) -> list[str]:
             label = children.nth(j).locator(".widget-label").first
             label = label.inner_text() if label.count() else f"control {j}"
             end = time.monotonic() + CONTROL_TIMEOUT_S
-            while True:
-                page.wait_for_timeout(500)
+            after = last = None
+            while True:                     # changed, then settled (same twice in a row, kernel idle)
+                page.wait_for_timeout(700)
                 after = out.evaluate(OUTPUT_JS)
-                if after["shown"] != before["shown"] and page.evaluate(IDLE_JS):
+                if after["shown"] != before["shown"] and after == last and page.evaluate(idle_js):
                     break
+                last = after
                 assert time.monotonic() < end, f"{name}: moving '{label}' ({done}) did not change its output"
             assert not after["errors"], f"{name}: moving '{label}' ({done}) raised: {after['errors'][0][-800:]}"
             assert not (first_move and after["warning"]), (
@@ -326,3 +328,79 @@ def test_live_notebook_runs_saves_to_its_source_and_every_control_responds(brows
 def body(md_text: str) -> str:
     """A MyST notebook without its YAML header (jupytext may write the header in block style)."""
     return md_text.split("\n---\n", 1)[1] if md_text.startswith("---\n") else md_text
+
+
+# ------------------------------------------------------------------ the instructor view (Voila)
+
+TEMPLATES = ROOT / "instructor"          # instructor/voila/templates/room: Voila's lab template, large, no code
+PRESENTED = [n for n in NOTEBOOKS if "stream_box" in (ROOT / "notebooks" / f"{n}.md").read_text()] or NOTEBOOKS[:1]
+
+
+@pytest.fixture(scope="module")
+def voila(workdir):
+    """`make present` for one notebook: Voila with the room template on a free 127.0.0.1 port."""
+    port = free_port()
+    env = dict(kernel_env(), JUPYTER_PATH=str(TEMPLATES))
+    proc = subprocess.Popen([PY, "-m", "voila", f"{PRESENTED[0]}.ipynb", *VOILA_ARGS, f"--port={port}"],
+                            cwd=workdir, env=env)
+    url = f"http://127.0.0.1:{port}"
+    wait_for_http(f"{url}/voila/static/voila.js", proc, "Voila")      # a static file: does not start a kernel
+    yield url
+    stop(proc)
+
+
+# the same flags as `make present` (Makefile)
+VOILA_ARGS = ["--template=room", "--no-browser", "--show_tracebacks=True",
+              "--Voila.ip=127.0.0.1"]
+
+
+
+
+def test_instructor_view_shows_outputs_and_controls_large_without_code_and_streams(browser, voila):
+    name = PRESENTED[0]
+    t0 = time.monotonic()
+    page = browser.new_page(viewport={"width": 1600, "height": 1000})
+    page.add_init_script(STREAM_LOG_JS)
+    outside = []
+    page.on("request", lambda r: outside.append(r.url) if not r.url.startswith(
+        ("http://127.0.0.1", "ws://127.0.0.1", "data:", "blob:")) else None)
+    page.goto(voila, wait_until="load", timeout=RUN_ALL_TIMEOUT_S * 1000)
+    # Voila runs the whole notebook (a spinner counts the cells), then shows it with a live kernel
+    page.wait_for_function("() => !document.querySelector('#loading')", timeout=RUN_ALL_TIMEOUT_S * 1000)
+    page.wait_for_selector(".widget-interact .mic-stream", timeout=120_000)
+    t_run = time.monotonic() - t0
+    assert page.locator(".cm-editor, .jp-InputArea-editor").count() == 0, "the instructor view shows code"
+    errors = page.evaluate("""() => Array.from(document.querySelectorAll(
+        '[data-mime-type="application/vnd.jupyter.stderr"]')).map(e => e.textContent)
+        .filter(t => /Traceback|Error|Exception/.test(t))""")
+    assert not errors, f"{name} in the instructor view shows an error: {errors[0][-800:]}"
+    sizes = page.evaluate("""() => ['.jp-RenderedMarkdown p', '.widget-label', '.mic-stream .widget-html-content']
+        .map(s => document.querySelector(s)).filter(e => e).map(e => parseFloat(getComputedStyle(e).fontSize))""")
+    assert len(sizes) == 3 and min(sizes) >= 19, f"text is not large enough for a room: {sizes} px"
+    assert page.locator(".js-plotly-plot").count() > 0, "the instructor view shows no figures"
+    # move the streaming demo's controls: the reply appears token by token, live
+    demo = page.locator(".widget-interact", has=page.locator(".mic-stream"))
+    demo.evaluate("el => el.setAttribute('data-mic-demo', '1')")
+    report = []
+    controls = page.locator("[data-mic-demo] > *:not(.widget-output)")
+    for j in range(controls.count()):
+        out = page.locator("[data-mic-demo] > .widget-output")
+        before = out.evaluate(OUTPUT_JS)
+        since = page.evaluate("performance.now()")
+        done = move(controls.nth(j), page)
+        end = time.monotonic() + CONTROL_TIMEOUT_S
+        last = None
+        while True:
+            page.wait_for_timeout(700)
+            after = out.evaluate(OUTPUT_JS)
+            if after["shown"] != before["shown"] and after == last:
+                break
+            last = after
+            assert time.monotonic() < end, f"instructor view: moving {done} did not change the stream demo"
+        assert not after["errors"] and not after["warning"], f"instructor view: {done} gave {after['text']!r}"
+        assert_streamed(stream_texts(page, since), f"instructor view of {name}, {done}")
+        report.append(f"instructor view ({name}): {done}; the reply streamed token by token")
+    assert not outside, f"the instructor view asks the internet for {outside[:3]}"
+    page.close()
+    print(f"\ninstructor view of {name}: page complete after {t_run:.0f} s, total {time.monotonic() - t0:.0f} s")
+    print("\n".join(report))
