@@ -37,7 +37,7 @@ test: install system-deps
 	$(PY) -m pytest tests build/nbval --nbval-lax --nbval-cell-timeout=300 -v
 
 unit: $(STAMP)
-	$(PY) -m pytest tests -v --ignore=tests/test_book_browser.py
+	$(PY) -m pytest tests -v --ignore=tests/test_book_browser.py --ignore=tests/test_lab_browser.py
 
 notebooks: $(STAMP)
 	scripts/check-notebook $(NOTEBOOKS)
