@@ -198,47 +198,78 @@ def assert_streamed(texts: list[tuple[float, str]], what: str):
         f"({len(texts)} texts seen: {[s[-60:] for _, s in texts[:6]]})")
 
 
-def move(control, page) -> str:
-    """Move one ipywidgets control by one valid step; returns what was done, or '' if it is not a control."""
+def move(control, page, far: bool = False):
+    """Move one ipywidgets control: one step, or (far) a long way. Returns (what was done, undo) or None."""
     sel = control.locator("select")
     if sel.count():
-        options = sel.evaluate("s => Array.from(s.options).map(o => o.value)")
-        current = sel.evaluate("s => s.selectedIndex")
-        if len(options) < 2:
-            return ""
-        sel.select_option(index=(current + 1) % len(options))
-        return f"dropdown -> option {(current + 1) % len(options)} of {len(options)}"
+        n, current = sel.evaluate("s => s.options.length"), sel.evaluate("s => s.selectedIndex")
+        if n < 2:
+            return None
+        new = (n - 1 if current != n - 1 else 0) if far else (current + 1) % n
+        sel.select_option(index=new)
+        return f"dropdown -> option {new + 1} of {n}", lambda: sel.select_option(index=current)
     handle = control.locator(".noUi-handle")
     if handle.count():
-        before = control.locator(".widget-readout").inner_text()
+        readout = control.locator(".widget-readout")
+        before = readout.inner_text()
+        keys = ("End", "Home") if far else ("ArrowRight", "ArrowLeft")
         handle.first.focus()
-        page.keyboard.press("ArrowRight")
+        page.keyboard.press(keys[0])
         page.wait_for_timeout(200)
-        if control.locator(".widget-readout").inner_text() == before:      # already at the top
-            page.keyboard.press("ArrowLeft")
-        return f"slider {before} -> {control.locator('.widget-readout').inner_text()}"
+        if readout.inner_text() == before:      # already at that end
+            keys = keys[::-1]
+            page.keyboard.press(keys[0])
+
+        def undo():
+            handle.first.focus()
+            readout.click()
+            page.keyboard.press("Control+a")
+            page.keyboard.type(before)
+            page.keyboard.press("Enter")
+        return f"slider {before} -> {readout.inner_text()}", undo
     box = control.locator("input[type=checkbox]")
     if box.count():
         box.first.click()
-        return "checkbox toggled"
-    field = control.locator("input[type=number]")
-    if field.count():
-        value = field.first.input_value()
-        new = str(float(value) + 1) if "." in value else str(int(value) + 1)
-        field.first.fill(new)
-        field.first.press("Enter")
-        return f"number {value} -> {new}"
-    field = control.locator("input[type=text], textarea")
-    if field.count():
-        value = field.first.input_value()
-        field.first.fill(value + " Tell me more.")
-        field.first.press("Enter")
-        return "text edited"
-    return ""
+        return "checkbox toggled", lambda: box.first.click()
+    for kind, field in (("number", control.locator("input[type=number]")),
+                        ("text", control.locator("input[type=text], textarea"))):
+        if field.count():
+            value = field.first.input_value()
+            if kind == "number":
+                x = float(value)
+                x = (x // 4 if far else x + 1) if "." not in value else (x / 4 if far else x + 1)
+                new = str(int(x)) if "." not in value else str(x)
+            else:
+                new = "Hello there." if far else value + " Tell me more."
+
+            def set_to(v, field=field):
+                field.first.fill(v)
+                field.first.press("Enter")
+            set_to(new)
+            return f"{kind} {value!r} -> {new!r}", lambda: set_to(value)
+    return None
+
+
+def settle(page, out, before, idle_js: str, timeout_s: float):
+    """The output once it has changed and settled (same twice in a row, kernel idle), or None."""
+    end = time.monotonic() + timeout_s
+    last = None
+    while time.monotonic() < end:
+        page.wait_for_timeout(700)
+        after = out.evaluate(OUTPUT_JS)
+        if after["shown"] != before["shown"] and after == last and page.evaluate(idle_js):
+            return after
+        last = after
+    return None
 
 
 def exercise_controls(page, name: str, idle_js: str = IDLE_JS) -> list[str]:
-    """Move every live control of the page one step; check each changes its output. Returns a report."""
+    """Move every live control of the page; check each changes its output. Returns a report.
+
+    A control is moved one step from its default; if that changes nothing (a cache window longer than
+    the prompt, say), it is moved a long way instead. A combination of moves that answers with a
+    one-line error (NF4 at 5 bits) is undone before the next control, so each starts from valid values.
+    """
     report = []
     interacts = page.locator(".widget-interact")
     for i in range(interacts.count()):
@@ -246,33 +277,36 @@ def exercise_controls(page, name: str, idle_js: str = IDLE_JS) -> list[str]:
         ui.scroll_into_view_if_needed()
         out = ui.locator(":scope > .widget-output")
         children = ui.locator(":scope > *:not(.widget-output)")
-        first_move = True
         for j in range(children.count()):
             before = out.evaluate(OUTPUT_JS)
             since = page.evaluate("performance.now()")
-            done = move(children.nth(j), page)
-            if not done:
+            moved = move(children.nth(j), page)
+            if moved is None:
                 continue
             label = children.nth(j).locator(".widget-label").first
             label = label.inner_text() if label.count() else f"control {j}"
-            end = time.monotonic() + CONTROL_TIMEOUT_S
-            after = last = None
-            while True:                     # changed, then settled (same twice in a row, kernel idle)
-                page.wait_for_timeout(700)
-                after = out.evaluate(OUTPUT_JS)
-                if after["shown"] != before["shown"] and after == last and page.evaluate(idle_js):
-                    break
-                last = after
-                assert time.monotonic() < end, f"{name}: moving '{label}' ({done}) did not change its output"
+            after = settle(page, out, before, idle_js, 60)
+            if after is None:                                    # one step changed nothing: go far
+                moved[1]()
+                settle(page, out, {"shown": None}, idle_js, 60)
+                before = out.evaluate(OUTPUT_JS)
+                since = page.evaluate("performance.now()")
+                moved = move(children.nth(j), page, far=True)
+                after = settle(page, out, before, idle_js, CONTROL_TIMEOUT_S)
+            done = moved[0]
+            assert after is not None, f"{name}: moving '{label}' ({done}) did not change its output"
             assert not after["errors"], f"{name}: moving '{label}' ({done}) raised: {after['errors'][0][-800:]}"
-            assert not (first_move and after["warning"]), (
-                f"{name}: '{label}' moved one step from its default ({done}) answered with an error line: "
+            assert not (j == 0 and after["warning"]), (
+                f"{name}: '{label}' moved from its default ({done}) answered with an error line: "
                 f"{after['text']!r}; offer only valid values")
-            first_move = False
             streamed = ""
             if out.locator(".mic-stream").count():
                 assert_streamed(stream_texts(page, since), f"{name}: after moving '{label}'")
                 streamed = ", streamed token by token"
+            if after["warning"]:                                  # an invalid combination: undo this move
+                moved[1]()
+                settle(page, out, after, idle_js, CONTROL_TIMEOUT_S)
+                streamed += " (a one-line error for this combination; undone)"
             report.append(f"{name}: live control {i + 1}, '{label}': {done}; output changed{streamed}")
     return report
 
@@ -387,7 +421,7 @@ def test_instructor_view_shows_outputs_and_controls_large_without_code_and_strea
         out = page.locator("[data-mic-demo] > .widget-output")
         before = out.evaluate(OUTPUT_JS)
         since = page.evaluate("performance.now()")
-        done = move(controls.nth(j), page)
+        done = move(controls.nth(j), page)[0]
         end = time.monotonic() + CONTROL_TIMEOUT_S
         last = None
         while True:
