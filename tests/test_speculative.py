@@ -155,3 +155,14 @@ def test_bad_loop_inputs_raise(tiny_llama):
         S.speculative_generate(tiny_llama, tiny_llama, torch.zeros(1, 3, dtype=torch.long), 0, 2)
     with pytest.raises(ValueError):
         S.speculative_generate(tiny_llama, "nope", torch.zeros(1, 3, dtype=torch.long), 4, 2)
+
+
+def test_greedy_speculation_stays_exact_past_a_sliding_window(second_model_dir):
+    from transformers import AutoModelForCausalLM
+    model = AutoModelForCausalLM.from_pretrained(second_model_dir, dtype=torch.float32).eval()
+    prompt = torch.randint(0, model.config.vocab_size, (1, 40), generator=torch.Generator().manual_seed(0))
+    assert prompt.shape[1] > model.config.sliding_window            # the window is full before we start
+    plain = _plain(model, prompt, 30)
+    for draft in (D.early_exit_draft(model, 2), D.PromptLookupDraft(model.config.vocab_size), model):
+        tokens, _ = S.speculative_generate(model, draft, prompt, 30, 5)
+        assert torch.equal(tokens, plain)

@@ -37,7 +37,7 @@ class ModelDraft:
 
     def start(self, prompt_ids: torch.Tensor) -> None:
         self.ids = prompt_ids[0].tolist()
-        self.cache, self.cached = kc.new_cache(self.model), []    # `cached`: the tokens the cache holds
+        self.cache, self.cached = kc.rollback_cache(self.model), []    # `cached`: the tokens the cache holds
         self.forwards = 0
 
     def _feed(self, ids: list[int]) -> torch.Tensor:

@@ -27,6 +27,17 @@ def new_cache(model=None):
     return DynamicCache(config=model.config) if model is not None else DynamicCache()
 
 
+def rollback_cache(model=None):
+    """An empty cache that can be cropped back (speculative decoding, section 8), sliding-window layers included.
+
+    transformers' sliding-window layers drop tokens older than the window unless told to record them.
+    """
+    cache = new_cache(model)
+    if hasattr(cache, "activate_past_recording"):
+        cache.activate_past_recording()
+    return cache
+
+
 @torch.inference_mode()
 def forward(model, ids: torch.Tensor, cache=None, **kwargs):
     """One forward pass with no autograd bookkeeping; returns (logits, cache). ``cache=None`` runs without a cache."""

@@ -164,7 +164,7 @@ def speculative_generate(target, draft, prompt_ids: torch.Tensor, n_new: int, ga
     _check_inputs(prompt_ids, n_new, gamma)
     draft = as_draft(draft)
     t0 = now()
-    cache = kc.new_cache(target)
+    cache = kc.rollback_cache(target)
     if prompt_ids.shape[1] > 1:
         _, cache = kc.forward(target, prompt_ids[:, :-1], cache=cache)
     draft.start(prompt_ids)
