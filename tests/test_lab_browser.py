@@ -401,7 +401,7 @@ def test_instructor_view_shows_outputs_and_controls_large_without_code_and_strea
     page.goto(voila, wait_until="load", timeout=RUN_ALL_TIMEOUT_S * 1000)
     # Voila runs the whole notebook (a spinner counts the cells), then shows it with a live kernel
     page.wait_for_function("() => !document.querySelector('#loading')", timeout=RUN_ALL_TIMEOUT_S * 1000)
-    page.wait_for_selector(".widget-interact .mic-stream", timeout=120_000)
+    page.wait_for_selector(".widget-interact .mic-stream", state="attached", timeout=300_000)
     t_run = time.monotonic() - t0
     assert page.locator(".cm-editor, .jp-InputArea-editor").count() == 0, "the instructor view shows code"
     errors = page.evaluate("""() => Array.from(document.querySelectorAll(
@@ -432,7 +432,9 @@ def test_instructor_view_shows_outputs_and_controls_large_without_code_and_strea
             last = after
             assert time.monotonic() < end, f"instructor view: moving {done} did not change the stream demo"
         assert not after["errors"] and not after["warning"], f"instructor view: {done} gave {after['text']!r}"
-        assert_streamed(stream_texts(page, since), f"instructor view of {name}, {done}")
+        assert_streamed(stream_texts(page, since), f"instructor view of {name}, {done} (stream log: "
+                        f"{page.evaluate('window.__micStream.length')} entries in all, since {since:.0f} ms; "
+                        f"{page.locator('.mic-stream').count()} stream boxes)")
         report.append(f"instructor view ({name}): {done}; the reply streamed token by token")
     assert not outside, f"the instructor view asks the internet for {outside[:3]}"
     page.close()
