@@ -138,14 +138,15 @@ def test_prompt_lookup_copies_what_followed_the_last_ngram():
 def test_sampled_speculation_emits_the_target_distribution(tiny_llama):
     # one new token per run: its distribution must be the target's processed next-token distribution
     prompt = torch.randint(0, 97, (1, 6), generator=torch.Generator().manual_seed(5))
-    p = S.processed(kc.forward(tiny_llama, prompt)[0][0, -1], temperature=1.0, top_k=8)
+    # (the rule's statistics are tested above with 2·10⁴ draws; this checks the loop wires p and q right)
+    p = S.processed(kc.forward(tiny_llama, prompt)[0][0, -1], temperature=1.0, top_k=4)
     draft = D.ModelDraft(D.early_exit_draft(tiny_llama, 1).model)
     gen = torch.Generator().manual_seed(6)
-    n = 3000
-    out = [int(S.speculative_generate(tiny_llama, draft, prompt, 1, 2, sample=True, top_k=8, generator=gen)[0][0, 0])
+    n = 2000
+    out = [int(S.speculative_generate(tiny_llama, draft, prompt, 1, 2, sample=True, top_k=4, generator=gen)[0][0, 0])
            for _ in range(n)]
     counts = torch.bincount(torch.tensor(out), minlength=97).double()
-    assert S.total_variation(p, counts) < S.tv_threshold(n, 8)
+    assert S.total_variation(p, counts) < S.tv_threshold(n, 4)
 
 
 def test_bad_loop_inputs_raise(tiny_llama):
