@@ -1,3 +1,5 @@
+import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -22,3 +24,20 @@ def second_model_dir(tmp_path_factory):
     """A tiny random Gemma-3-style model folder (no chat template, sliding-window layers, one KV head)."""
     from second_model import build
     return build(tmp_path_factory.mktemp("second-model"))
+
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Debian's headless Chromium through Playwright (never a browser Playwright downloads itself)."""
+    if not os.path.exists(CHROMIUM):
+        pytest.fail("Debian's chromium is missing: run scripts/install-system-deps (apt-get install chromium).")
+    from playwright.sync_api import sync_playwright
+    with sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=[
+            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+            "--disable-component-update", "--disable-sync"])   # launch() always uses a fresh, empty profile
+        yield b
+        b.close()

@@ -4,15 +4,12 @@ Needs `make book` first (the `make test` target builds it) and Debian's chromium
 """
 import functools
 import http.server
-import os
-import shutil
 import threading
 from pathlib import Path
 
 import pytest
 
 SITE = Path(__file__).resolve().parents[1] / "book" / "_build" / "html"
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 PAGES = sorted(p.relative_to(SITE).as_posix() for p in (SITE / "notebooks").glob("*.html")) if SITE.exists() else []
 
 pytestmark = pytest.mark.skipif(not SITE.exists(), reason="build the book first: make book")
@@ -26,19 +23,6 @@ def server():
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{httpd.server_address[1]}"
     httpd.shutdown()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if not os.path.exists(CHROMIUM):
-        pytest.fail("Debian's chromium is missing: run scripts/install-system-deps (apt-get install chromium).")
-    from playwright.sync_api import sync_playwright
-    with sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=[
-            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-            "--disable-component-update", "--disable-sync"])   # launch() always uses a fresh, empty profile
-        yield b
-        b.close()
 
 
 # pydata-sphinx-theme logs this when no colour mode was stored yet; it is not an error of ours.

@@ -28,7 +28,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PY = Path(sys.executable)
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 NOTEBOOKS = sorted(p.stem for p in (ROOT / "notebooks").glob("[0-9]*.md"))
 TOKEN = "mic-lab-test"
 RUN_ALL_TIMEOUT_S = 900        # a notebook's budget is ~90 s on quiet cores; CI machines are busier
@@ -118,19 +117,6 @@ def lab(workdir, tmp_path_factory):
     wait_for_http(f"{url}/api/status?token={TOKEN}", proc, "JupyterLab")
     yield url
     stop(proc)
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if not os.path.exists(CHROMIUM):
-        pytest.fail("Debian's chromium is missing: run scripts/install-system-deps (apt-get install chromium).")
-    from playwright.sync_api import sync_playwright
-    with sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=[
-            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-            "--disable-component-update", "--disable-sync"])   # launch() always uses a fresh, empty profile
-        yield b
-        b.close()
 
 
 def api(url: str, path: str, method: str = "GET"):
