@@ -29,10 +29,11 @@ AXIS = dict(automargin=True, title=dict(standoff=12))
 pio.templates["mic"] = go.layout.Template(layout=go.Layout(
     font=dict(family="Inter, Helvetica, Arial, sans-serif", size=14, color="#222"),
     colorway=PALETTE,
-    # aligned with the plotting area (not the page edge), wrapped by the renderer (see wrap_title), and the
-    # top margin grows to fit it (automargin), however many lines it has
-    title=dict(x=0.0, xref="paper", xanchor="left", y=1.0, yref="paper", yanchor="bottom", pad=dict(b=14),
-               automargin=True, font=dict(size=17)),
+    # indented from the page edge (where a normal plot starts; a plot with long category labels starts later,
+    # and a title aligned with it would run off the right edge), wrapped by the renderer (see wrap_title),
+    # and the top margin grows to fit it (automargin), however many lines it has
+    title=dict(x=0.0, xref="container", xanchor="left", y=1.0, yref="paper", yanchor="bottom",
+               pad=dict(b=24, l=60), automargin=True, font=dict(size=17)),
     margin=dict(l=70, r=40, t=40, b=70, pad=4),
     hovermode="x unified",
     legend=dict(bgcolor="rgba(255,255,255,0.7)"),
@@ -42,7 +43,7 @@ pio.templates["mic"] = go.layout.Template(layout=go.Layout(
 ))
 pio.templates.default = "plotly_white+mic"
 
-TITLE_CHARS = 64          # a title line longer than this is wrapped: at 17 px it would clip in a narrow page
+TITLE_CHARS = 56          # a title line longer than this is wrapped: at 17 px it would clip in a narrow page
 
 
 def wrap_title(text: str, width: int = TITLE_CHARS) -> str:
@@ -61,14 +62,23 @@ def wrap_title(text: str, width: int = TITLE_CHARS) -> str:
 
 def _axis_values(fig_dict: dict, axis: str) -> list[float]:
     """Every positive finite value plotted on layout axis ``axis`` ('xaxis', 'yaxis2', ...)."""
+    import numpy as np
     letter, suffix = axis[0], axis[5:]
     values = []
-    for trace in fig_dict.get("data", []):
-        if (trace.get(f"{letter}axis") or letter) != letter + suffix:
+    for trace in go.Figure(data=fig_dict.get("data", [])).data:   # decodes numpy / base64-typed arrays
+        if (getattr(trace, f"{letter}axis", None) or letter) != letter + suffix:
             continue
-        for v in trace.get(letter) or []:
-            if isinstance(v, (int, float)) and v > 0 and v == v and v != float("inf"):
-                values.append(float(v))
+        data = getattr(trace, letter, None)
+        if data is None:
+            continue
+        if isinstance(data, dict) and "bdata" in data:     # plotly's base64 typed array
+            import base64
+            data = np.frombuffer(base64.b64decode(data["bdata"]), dtype=data["dtype"])
+        try:
+            arr = np.asarray(data, dtype=float).ravel()
+        except (TypeError, ValueError):
+            continue                       # categories or dates: not a log axis anyway
+        values.extend(arr[np.isfinite(arr) & (arr > 0)].tolist())
     return values
 
 
@@ -100,17 +110,47 @@ def round_log_ticks(fig_dict: dict) -> None:
             axis.update(tickmode="array", tickvals=ticks, ticktext=[_tick_label(t) for t in ticks])
 
 
+def _wrap_step_titles(layout: dict) -> None:
+    for control in (layout.get("sliders") or []) + (layout.get("updatemenus") or []):
+        for step in control.get("steps", []) or control.get("buttons", []) or []:
+            for arg in (step.get("args") or [])[1:2]:
+                if not isinstance(arg, dict):
+                    continue
+                if isinstance(arg.get("title.text"), str):
+                    arg["title.text"] = wrap_title(arg["title.text"])
+                if isinstance(arg.get("title"), dict) and isinstance(arg["title"].get("text"), str):
+                    arg["title"]["text"] = wrap_title(arg["title"]["text"])
+                if isinstance(arg.get("title"), str):
+                    arg["title"] = wrap_title(arg["title"])
+
+
 def tidy(fig_dict: dict) -> dict:
-    """The chapter's layout rules, applied to every figure as it is rendered (live and static)."""
+    """The chapter's layout rules, applied to every figure as it is rendered (live and static).
+
+    Long titles wrap; a title clears subplot titles and legends that start at the top of the plot;
+    colour-bar titles sit beside the bar rather than on its top tick; log axes get round ticks.
+    """
     layout = fig_dict.setdefault("layout", {})
     title = layout.get("title")
+    if isinstance(title, str):
+        title = layout["title"] = {"text": title}
     if isinstance(title, dict) and title.get("text"):
         title["text"] = wrap_title(title["text"])
-    for slider in layout.get("sliders", []) or []:
-        for step in slider.get("steps", []):
-            for arg in step.get("args", [])[1:2]:
-                if isinstance(arg, dict) and arg.get("title.text"):
-                    arg["title.text"] = wrap_title(arg["title.text"])
+        tops = [a for a in layout.get("annotations", []) or []
+                if a.get("yref", "paper") == "paper" and (a.get("y") or 0) >= 0.98]
+        pad = title.setdefault("pad", {})
+        pad["b"] = max(pad.get("b", 0), 40 if tops else 24)
+        for menu in layout.get("updatemenus", []) or []:      # a dropdown above the plot: the title goes over it
+            y = menu.get("y", 1.0)
+            if menu.get("yanchor") == "bottom" and y >= 1:
+                pad["b"] = max(pad["b"], int(64 + 400 * (y - 1)))
+    _wrap_step_titles(layout)
+    for trace in fig_dict.get("data", []):
+        bar = trace.get("colorbar") if isinstance(trace, dict) else None
+        if isinstance(bar, dict) and bar.get("title"):
+            if isinstance(bar["title"], str):
+                bar["title"] = {"text": bar["title"]}
+            bar["title"].setdefault("side", "right")
     round_log_ticks(fig_dict)
     return fig_dict
 
