@@ -221,10 +221,11 @@ def paged_attention(q: torch.Tensor, pool_k: torch.Tensor, pool_v: torch.Tensor,
 
 
 def kv_bytes_per_token(config, bytes_per_element: int = 4) -> int:
-    """2 (K and V) x layers x KV heads x head dim x bytes per element."""
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    kv_heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
-    return 2 * config.num_hidden_layers * kv_heads * head_dim * bytes_per_element
+    """Section 3's formula (:func:`helpers.cache_size.kv_bytes_per_token`) read from a transformers config."""
+    from .attention import Dims
+    from .cache_size import kv_bytes_per_token as formula
+    d = Dims.from_config(config)
+    return formula(d.layers, d.kv_heads, d.head_dim, bytes_per_element)
 
 
 def reserved_tokens(slots: int, max_context: int) -> int:
