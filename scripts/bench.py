@@ -38,6 +38,9 @@ def run(path: Path, timeout: int) -> tuple[float, float, str]:
     import jupytext
     from nbclient import NotebookClient
 
+    from helpers.notebook_client import wake_up_lost_messages
+    wake_up_lost_messages()
+
     nb = jupytext.read(path)
     client = NotebookClient(nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}})
     peak, error = float("nan"), ""

@@ -10,6 +10,9 @@
 * Builds in static mode: sets ``MIC_STATIC=1`` before any notebook kernel starts, so
   ``jupyter-book build book`` alone gives the same site as ``make book`` (live ipywidgets
   controls show nothing, progress bars are plain text on stderr, which the page drops).
+* Executes reliably: patches the notebook client in this process so that a reply whose
+  ZeroMQ wake-up was lost is picked up within half a second, instead of stalling the build
+  until the cell timeout (``helpers.notebook_client``; issue 8).
 * Drops sphinx-thebe's scripts: the chapter has no live-kernel launch on the
   static site, and Jupyter Book 1 injects thebe's inline config twice, which
   throws a JavaScript error on every page and asks unpkg.com for thebe.
@@ -20,6 +23,11 @@ from pathlib import Path
 
 # Kernels started by this build inherit the environment of the Sphinx process.
 os.environ["MIC_STATIC"] = "1"
+
+# myst-nb executes the notebooks with nbclient in this process.
+from helpers.notebook_client import wake_up_lost_messages  # noqa: E402
+
+wake_up_lost_messages()
 
 
 def _copy_plotly(app, exception):

@@ -24,6 +24,7 @@ One module per idea of the chapter:
 * :mod:`helpers.measure`    timing with warm-up and medians, peak memory, progress bars
 * :mod:`helpers.plotting`   the figure style, the static (kernel-free) slider figure
 * :mod:`helpers.controls`   live ipywidgets controls, prose from measured values
+* :mod:`helpers.notebook_client` (infrastructure) keeps notebook execution from stalling on a lost ZeroMQ wake-up
 """
 from . import plotting  # noqa: F401  (registers the template and renderer)
 from .claims import claim
