@@ -25,6 +25,28 @@ def test_a_student_keeping_every_layer_is_the_teacher(tiny_llama):
         assert torch.equal(student(ids).logits, tiny_llama(ids).logits)
 
 
+def test_a_student_ties_its_head_to_its_embedding_as_the_teacher_does(tiny_llama):
+    from helpers.model import param_count
+    student = D.student_from_teacher(tiny_llama, [1])
+    tied = tiny_llama.get_output_embeddings().weight is tiny_llama.get_input_embeddings().weight
+    assert (student.get_output_embeddings().weight is student.get_input_embeddings().weight) == tied
+    layer = sum(p.numel() for p in D.decoder_layers(tiny_llama)[1][0].parameters())
+    assert param_count(student) == param_count(tiny_llama) - layer
+
+
+def test_the_teachers_pass_gives_the_first_layers_students_head_inputs(tiny_llama, second_model_dir):
+    from transformers import AutoModelForCausalLM
+    for teacher in (tiny_llama, AutoModelForCausalLM.from_pretrained(second_model_dir).eval()):
+        student = D.student_from_teacher(teacher, [0])
+        ids = torch.randint(0, 97, (3, 9), generator=torch.Generator().manual_seed(4))
+        logits, h = D.teacher_pass(teacher, ids, student, batch=2)
+        with torch.no_grad():
+            assert torch.allclose(logits, teacher(ids).logits, atol=1e-5)
+        assert torch.allclose(h, D.head_inputs(student, ids), atol=1e-5)
+        top, h2 = D.teacher_pass(teacher, ids, student, k=4)
+        assert torch.equal(top.indices, logits.topk(4, dim=-1).indices) and torch.allclose(h2, h, atol=1e-5)
+
+
 def test_a_student_copies_the_kept_layers_and_renumbers_them(tiny_llama):
     student = D.student_from_teacher(tiny_llama, [1])
     _, t_layers = D.decoder_layers(tiny_llama)

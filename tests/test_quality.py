@@ -76,6 +76,31 @@ def test_agreement_from_precomputed_logprobs_equals_agreement_from_the_model(tin
     assert a1 == a2 and a1.mean_kl > 0
 
 
+def test_only_full_attention_models_share_an_opening(tiny_llama, second_model_dir):
+    from transformers import AutoModelForCausalLM
+    sliding = AutoModelForCausalLM.from_pretrained(second_model_dir).eval()
+    assert QL.can_share_prefix(tiny_llama) and not QL.can_share_prefix(sliding)
+    from helpers import kernels as K
+    assert not QL.can_share_prefix(K.with_kernel(tiny_llama, "int8 dynamic (torch.ao)"))   # batch-wide scales
+    assert QL.can_share_prefix(K.with_kernel(tiny_llama, "int8 weight-only"))
+    ids, mask, shared = QL.prefix_padded([torch.tensor([[1, 2, 3]]), torch.tensor([[1, 2, 4, 5]])], pad_id=0)
+    with pytest.raises(ValueError, match="sliding-window"):
+        QL.greedy_with_penalties(sliding, ids, mask, (1.0,), n_new=2, shared=shared)
+
+
+def test_teacher_forcing_with_a_shared_opening_computed_once_gives_the_same_logprobs(tiny_llama):
+    g = torch.Generator().manual_seed(8)
+    head = torch.randint(3, 97, (1, 5), generator=g)
+    prompts = [torch.cat([head, torch.randint(3, 97, (1, n), generator=g)], 1) for n in (3, 1, 6)]
+    ids, mask = QL.left_padded(prompts, pad_id=0)
+    gen = torch.randint(3, 97, (3, 7), generator=g)
+    pos = QL.Positions(torch.cat([ids, gen], 1), torch.cat([mask, torch.ones_like(gen)], 1), ids.shape[1])
+    got = QL.next_token_logprobs(tiny_llama, pos)
+    for i, p in enumerate(prompts):       # each row alone, unpadded
+        alone = torch.log_softmax(tiny_llama(torch.cat([p, gen[i:i + 1]], 1)).logits[0, p.shape[1] - 1:-1], -1)
+        assert torch.allclose(got[i], alone, atol=1e-5)
+
+
 def test_agreement_counts_only_generated_positions_and_kl_is_nonnegative(tiny_llama):
     pos = _positions(seed=4)
     ref = QL.next_token_logprobs(tiny_llama, pos)
@@ -136,6 +161,47 @@ def test_batched_penalty_decoding_equals_transformers_generate(tiny_llama, penal
     assert ours.shape == (6, 6)
 
 
+def test_a_shared_prefix_is_found_and_leaves_every_prompt_a_token_of_its_own():
+    a, b, c = torch.tensor([[1, 2, 3, 4]]), torch.tensor([[1, 2, 3, 9, 9]]), torch.tensor([[1, 2]])
+    assert QL.shared_prefix_length([a, b]) == 3
+    assert QL.shared_prefix_length([a, b, c]) == 1             # c keeps its last token
+    assert QL.shared_prefix_length([a, torch.tensor([[7, 2]])]) == 0
+    ids, mask, shared = QL.prefix_padded([a, b], pad_id=0)
+    assert shared == 3 and ids.tolist() == [[1, 2, 3, 0, 4], [1, 2, 3, 9, 9]]
+    assert mask.tolist() == [[1, 1, 1, 0, 1], [1, 1, 1, 1, 1]]
+
+
+@pytest.mark.parametrize("penalty", [1.0, 1.3])
+def test_decoding_with_the_shared_prefix_computed_once_equals_each_prompt_alone(tiny_llama, penalty):
+    g = torch.Generator().manual_seed(6)
+    head = torch.randint(3, 97, (1, 6), generator=g)
+    prompts = [torch.cat([head, torch.randint(3, 97, (1, n), generator=g)], 1) for n in (4, 1, 3)]
+    ids, mask, shared = QL.prefix_padded(prompts, pad_id=0)
+    assert shared == 6
+    ours = QL.greedy_with_penalties(tiny_llama, ids, mask, (1.0, penalty), n_new=6, shared=shared)
+    assert torch.equal(ours, QL.greedy_with_penalties(tiny_llama, ids, mask, (1.0, penalty), n_new=6))
+    for i, p in enumerate(prompts):       # alone, unpadded; the penalty also sees the batch's padding tokens
+        seen_pad = bool((mask[i] == 0).any())
+        alone = tiny_llama.generate(p, max_new_tokens=6, min_new_tokens=6, do_sample=False, repetition_penalty=1.0,
+                                    pad_token_id=0, eos_token_id=None)
+        assert torch.equal(ours[i], alone[0, p.shape[1]:])
+        if not seen_pad:
+            alone = tiny_llama.generate(p, max_new_tokens=6, min_new_tokens=6, do_sample=False,
+                                        repetition_penalty=penalty, pad_token_id=0, eos_token_id=None)
+            assert torch.equal(ours[3 + i], alone[0, p.shape[1]:])
+    with pytest.raises(ValueError, match="prefix_padded"):
+        QL.greedy_with_penalties(tiny_llama, *QL.left_padded(prompts, 0), (1.0,), n_new=2, shared=6)
+
+
+def test_perplexity_without_the_cross_check_is_the_same_number(tiny_llama):
+    ids = torch.randint(0, 97, (1, 40), generator=torch.Generator().manual_seed(7))
+    a, b = QL.perplexity(tiny_llama, ids, 100), QL.perplexity(tiny_llama, ids, 100, cross_check=False)
+    assert abs(a.nll - b.nll) < 1e-6 and math.isnan(b.hf_loss)
+    logp = torch.log_softmax(tiny_llama(ids).logits[0, :-1], -1)
+    assert torch.allclose(QL.token_nlls(tiny_llama(ids).logits, ids), -logp.gather(1, ids[0, 1:, None])[:, 0],
+                          atol=1e-5)
+
+
 def test_penalize_divides_positive_and_multiplies_negative_scores():
     logits = torch.tensor([[2.0, -2.0, 1.0]])
     out = QL.penalize(logits, torch.tensor([[0, 1]]), torch.tensor([2.0]))
@@ -151,6 +217,14 @@ def test_student_schemes_and_their_one_sentence_errors(tiny_llama):
         QL.student_scheme(4, 100, tiny_llama)
     with pytest.raises(ValueError, match="group size"):
         QL.student_scheme(4, "column")
+
+
+def test_schemes_that_round_alike_are_the_same_whatever_their_names():
+    by_name = {QL.scheme_name(s): s for s in QL.table_schemes()}
+    assert QL.same_weights(QL.student_scheme(4, 128), by_name["int4 group-128"])
+    assert QL.same_weights(Q.Scheme("int8 weights", "absmax", 8, axis=-1), by_name["int8 per-row"])
+    assert not QL.same_weights(by_name["int8 per-row"], by_name["int8 per-tensor"])
+    assert QL.same_weights(None, None) and not QL.same_weights(None, by_name["int8 per-row"])
 
 
 def test_the_table_has_the_reference_and_six_schemes():
@@ -183,3 +257,18 @@ def test_with_kernel_replaces_only_the_projections_and_counts_fewer_bytes(tiny_l
     assert q8(ids).logits.shape == tiny_llama(ids).logits.shape
     with pytest.raises(ValueError, match="kernel must be one of"):
         K.with_kernel(tiny_llama, "int3")
+
+
+def test_building_a_kernel_copy_leaves_the_model_as_it_was(tiny_llama):
+    from helpers import kernels as K
+    before = {n: p.clone() for n, p in tiny_llama.named_parameters()}
+    ids = torch.randint(0, 97, (1, 6), generator=torch.Generator().manual_seed(9))
+    with torch.no_grad():
+        ref = tiny_llama(ids).logits
+        for k in K.KERNELS[1:]:
+            m = K.with_kernel(tiny_llama, k)
+            assert m(ids).logits.shape == ref.shape
+            assert m.get_input_embeddings().weight.data_ptr() != tiny_llama.get_input_embeddings().weight.data_ptr()
+        assert all(torch.equal(p, before[n]) for n, p in tiny_llama.named_parameters())
+        assert torch.equal(tiny_llama(ids).logits, ref)
+        assert isinstance(tiny_llama.model.layers[0].mlp.down_proj, torch.nn.Linear)

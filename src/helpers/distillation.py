@@ -9,8 +9,10 @@
 * :func:`add_exit_adapter`: a trained residual linear map in front of the LM head: the "first layers plus an
   exit adapter" student. It starts at zero, i.e. as plain early exit.
 * :func:`teacher_targets` stores the teacher's top-k logits once (the full distribution costs
-  :func:`full_logits_bytes` per token); :func:`kd_loss` is KL(teacher/T || student/T) x T² on them (Hinton
-  et al. 2015), :func:`hard_loss` the ordinary next-token cross-entropy it is compared with.
+  :func:`full_logits_bytes` per token); :func:`teacher_pass` does the same and also returns what a student
+  made of the teacher's first layers feeds its head, which the teacher computes on its way. :func:`kd_loss`
+  is KL(teacher/T || student/T) x T² on them (Hinton et al. 2015), :func:`hard_loss` the ordinary
+  next-token cross-entropy it is compared with.
 * :func:`train` runs either loss for a fixed number of seeded, deterministic steps with a progress bar;
   :func:`evaluate` reports held-out KL, perplexity and top-1 agreement with the teacher.
 """
@@ -86,11 +88,22 @@ def student_from_teacher(teacher: torch.nn.Module, keep: Sequence[int]) -> torch
                 continue
             key = f"{prefix}.{new_index[int(old)]}.{rest}"
         state[key] = value
-    with torch.device("cpu"):
+    with torch.device("cpu"), _no_init():            # every weight is loaded below: skip the random init
         student = type(teacher)(cfg)
-    student.load_state_dict(state)
+    student.load_state_dict(state)                     # strict: a weight the state does not cover is an error
+    student.tie_weights()                              # a tied head is the embedding again, as in the teacher
     p = next(teacher.parameters())
     return student.to(device=p.device, dtype=p.dtype).eval()
+
+
+def _no_init():
+    """transformers' switch that skips the random initialisation of a new model (a no-op where it is missing)."""
+    try:
+        from transformers.initialization import no_init_weights
+    except ImportError:
+        import contextlib
+        return contextlib.nullcontext()
+    return no_init_weights()
 
 
 class ExitAdapter(torch.nn.Module):
@@ -155,6 +168,36 @@ def teacher_targets(teacher: torch.nn.Module, ids: torch.Tensor, k: int = 32, ba
     return Targets(torch.cat(vals), torch.cat(idx))
 
 
+@torch.no_grad()
+def teacher_pass(teacher: torch.nn.Module, ids: torch.Tensor, student: torch.nn.Module, k: int | None = None,
+                 batch: int = 8) -> tuple[torch.Tensor | Targets, torch.Tensor]:
+    """Run the teacher once over ``ids`` (rows, tokens); returns (its logits, what reaches ``student``'s head).
+
+    ``student`` is made of the teacher's first layers (:func:`student_from_teacher`). The teacher computes those
+    layers on its way, so their output, through the final norm, is exactly :func:`head_inputs` of the student,
+    without running the student (checked on the first row; where the model keeps its final norm elsewhere the
+    student is run after all). With ``k`` the logits are kept as the top-``k`` :class:`Targets`.
+    """
+    depth = student.config.num_hidden_layers
+    norm = getattr(student.get_decoder(), "norm", None) if hasattr(student, "get_decoder") else None
+    logits, vals, idx, exits = [], [], [], []
+    for i in range(0, ids.shape[0], batch):
+        out = teacher(ids[i:i + batch], use_cache=False, output_hidden_states=norm is not None)
+        if k is None:
+            logits.append(out.logits)
+        else:
+            top = out.logits.float().topk(k, dim=-1)
+            vals.append(top.values)
+            idx.append(top.indices)
+        if norm is not None:
+            exits.append(norm(out.hidden_states[depth]))
+    result = torch.cat(logits) if k is None else Targets(torch.cat(vals), torch.cat(idx))
+    h = torch.cat(exits) if exits else None
+    if h is None or not torch.allclose(h[:1], head_inputs(student, ids[:1]), rtol=1e-4, atol=1e-4):
+        h = head_inputs(student, ids, batch)
+    return result, h
+
+
 def kd_loss(student_logits: torch.Tensor, targets: Targets, T: float = 1.0) -> torch.Tensor:
     """KL(teacher/T || student/T) x T², with the teacher's distribution renormalised over its stored top-k.
 
@@ -198,7 +241,7 @@ def train(step_loss: Callable[[int], torch.Tensor], params, steps: int, lr: floa
             opt.zero_grad()
             loss.backward()
             opt.step()
-            losses.append(float(loss))
+            losses.append(float(loss.detach()))
         if on_checkpoint is not None and every:
             checkpoints.append((steps, on_checkpoint(steps)))
     finally:

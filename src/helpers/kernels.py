@@ -79,14 +79,18 @@ def with_kernel(model: torch.nn.Module, kernel: str) -> torch.nn.Module:
     """A copy of ``model`` whose projection matrices run on ``kernel`` (one of :data:`KERNELS`)."""
     if kernel not in KERNELS:
         raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}.")
-    m = copy.deepcopy(model)
     if kernel == "fp32":
-        return m
+        return copy.deepcopy(model)
+    # the projections are about to be replaced: the copy starts out sharing their fp32 weights with ``model``
+    # (read, never written) instead of copying them only to throw them away
+    shared = {id(p): p for name, lin in _projection_linears(model) for p in lin.parameters()}
+    m = copy.deepcopy(model, memo=shared)
     targets = _projection_linears(m)
     if kernel.startswith("int8 dynamic"):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")            # torch.ao's deprecation notices
-            return torch.ao.quantization.quantize_dynamic(m, {n for n, _ in targets}, dtype=torch.qint8)
+            return torch.ao.quantization.quantize_dynamic(m, {n for n, _ in targets}, dtype=torch.qint8,
+                                                          inplace=True)      # m is already our own copy
     make = Int8WeightOnlyLinear if kernel == "int8 weight-only" else Int4WeightOnlyLinear
     for name, lin in targets:
         parent, _, child = name.rpartition(".")

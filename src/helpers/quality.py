@@ -69,6 +69,13 @@ def student_scheme(bits: int, granularity: str | int, model: torch.nn.Module | N
     return Q.Scheme(f"int{bits} group-{granularity}", "absmax", bits, None, granularity)
 
 
+def same_weights(a: Q.Scheme | None, b: Q.Scheme | None) -> bool:
+    """True when two schemes (``None``: the reference) round every weight identically, whatever their names."""
+    if a is None or b is None:
+        return a is b
+    return (a.kind, a.bits, a.axis, a.group_size) == (b.kind, b.bits, b.axis, b.group_size)
+
+
 @contextlib.contextmanager
 def applied(model: torch.nn.Module, scheme: Q.Scheme | None) -> Iterator[torch.nn.Module]:
     """Inside the block the model computes with ``scheme``'s weights; on exit the originals are back, bit for bit.
@@ -105,26 +112,33 @@ class Perplexity:
 
 
 def token_nlls(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-    """NLL (nats) of each of ids[1:] under the logits of ids[:-1]: position t predicts token t + 1."""
-    logp = torch.log_softmax(logits[0, :-1].float(), dim=-1)
-    return -logp.gather(1, ids[0, 1:, None]).squeeze(1)
+    """NLL (nats) of each of ids[1:] under the logits of ids[:-1]: position t predicts token t + 1.
+
+    ``-log softmax(z)[y] = logsumexp(z) - z[y]``: the same number as ``log_softmax`` then ``gather``, without
+    writing out a log-probability for every token of the vocabulary at every position.
+    """
+    z = logits[0, :-1].float()
+    return torch.logsumexp(z, dim=-1) - z.gather(1, ids[0, 1:, None]).squeeze(1)
 
 
 @torch.inference_mode()
-def perplexity(model: torch.nn.Module, ids: torch.Tensor, n_bytes: int) -> Perplexity:
+def perplexity(model: torch.nn.Module, ids: torch.Tensor, n_bytes: int, cross_check: bool = True) -> Perplexity:
     """One forward pass over ``ids`` (1, T): NLL per token, perplexity and bits per byte.
 
-    ``n_bytes`` is the UTF-8 length of the text of ``ids[1:]`` (the tokens that are predicted).
+    ``n_bytes`` is the UTF-8 length of the text of ``ids[1:]`` (the tokens that are predicted). With
+    ``cross_check`` the same pass also asks transformers for its own loss (``labels=ids``), kept in ``hf_loss``;
+    without it ``hf_loss`` is NaN and the pass skips that second reduction over the vocabulary.
     """
     if ids.ndim != 2 or ids.shape[0] != 1 or ids.shape[1] < 2:
         raise ValueError(f"Pass one span of at least 2 token ids shaped (1, T), got {tuple(ids.shape)}.")
     if n_bytes < 1:
         raise ValueError(f"n_bytes must be the positive byte length of the predicted text, got {n_bytes}.")
-    out = model(ids, labels=ids)
+    out = model(ids, labels=ids, use_cache=False) if cross_check else model(ids, use_cache=False)
     per_token = token_nlls(out.logits, ids)
     nll, t = float(per_token.mean()), per_token.numel()
     se = float(per_token.std() / math.sqrt(t)) if t > 1 else 0.0
-    return Perplexity(nll, math.exp(nll), nll * t / math.log(2) / n_bytes, t, n_bytes, float(out.loss), se)
+    hf_loss = float(out.loss) if cross_check else math.nan
+    return Perplexity(nll, math.exp(nll), nll * t / math.log(2) / n_bytes, t, n_bytes, hf_loss, se)
 
 
 # --------------------------------------------------------------------------- the battery
@@ -156,6 +170,58 @@ def left_padded(prompts: Sequence[torch.Tensor], pad_id: int) -> tuple[torch.Ten
         ids[i, width - p.shape[1]:] = p[0]
         mask[i, width - p.shape[1]:] = 1
     return ids, mask
+
+
+def shared_prefix_length(prompts: Sequence[torch.Tensor]) -> int:
+    """How many leading tokens every prompt has in common (at most the shortest prompt's length minus one,
+    so that every prompt keeps a token of its own)."""
+    rows = [p.reshape(-1) for p in prompts]
+    n = min(r.numel() for r in rows) - 1
+    first = rows[0]
+    for r in rows[1:]:
+        differ = (r[:n] != first[:n]).nonzero()
+        n = int(differ[0]) if differ.numel() else n
+    return max(n, 0)
+
+
+def prefix_padded(prompts: Sequence[torch.Tensor], pad_id: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """Like :func:`left_padded`, but the prompts' common prefix comes first and the padding sits after it.
+
+    Returns (ids, attention mask, shared): every row starts with the same ``shared`` tokens, so a batch can
+    compute them once (:func:`greedy_with_penalties`). Position ids follow the mask (``cumsum - 1``), so each
+    token sits at the position it has in its own prompt and attends to exactly its own prompt's tokens: the
+    padding in the middle changes nothing but the shape.
+    """
+    shared = shared_prefix_length(prompts)
+    ids, mask = left_padded([p[:, shared:] for p in prompts], pad_id)
+    head = prompts[0][:, :shared].expand(len(prompts), shared)
+    return torch.cat([head, ids], 1), torch.cat([torch.ones_like(head), mask], 1), shared
+
+
+def can_share_prefix(model) -> bool:
+    """Whether a padded batch may compute its rows' common opening once (:func:`prefix_padded`).
+
+    Only with full attention in every layer: a sliding window counts cache columns, so padding after the
+    opening would push real tokens out of a row's window. And not through torch's dynamic int8 layers: they
+    pick one activation scale for everything in a forward pass, so what a row gets depends on what else is in
+    the pass.
+    """
+    if any(type(m).__module__.startswith("torch.ao.nn.quantized") for m in model.modules()):
+        return False
+    cfg = getattr(model, "config", None)
+    types = getattr(cfg, "layer_types", None)
+    if types is not None:
+        return all(t == "full_attention" for t in types)
+    return cfg is not None and getattr(cfg, "sliding_window", None) is None
+
+
+def _last_logits_only(model) -> dict:
+    """``logits_to_keep=1`` where the model takes it: a prefill needs only the last position's next-token scores."""
+    import inspect
+    try:
+        return {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
+    except (TypeError, ValueError):
+        return {}
 
 
 def _pad_id(tokenizer) -> int:
@@ -195,23 +261,48 @@ def penalize(logits: torch.Tensor, seen: torch.Tensor, penalty: torch.Tensor) ->
     return logits.scatter(1, seen, scores)
 
 
+def _prefill(model, ids: torch.Tensor, mask: torch.Tensor, shared: int = 0, **kwargs):
+    """Run a padded batch with a cache; the first ``shared`` columns (the same tokens in every row) once, for
+    one row, then copied to every row. Returns (logits of the rest, cache). Positions follow the mask."""
+    from . import kv_cache
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+    cache = kv_cache.new_cache(model)
+    if shared:
+        _, cache = kv_cache.forward(model, ids[:1, :shared], cache=cache, position_ids=pos[:1, :shared],
+                                    **_last_logits_only(model))
+        b = ids.shape[0]
+        cache = kv_cache.cache_from_kv(model, [(k.expand(b, -1, -1, -1).contiguous(),
+                                                v.expand(b, -1, -1, -1).contiguous())
+                                               for k, v in kv_cache.cache_to_kv(cache)])
+    return kv_cache.forward(model, ids[:, shared:], cache=cache, attention_mask=mask, position_ids=pos[:, shared:],
+                            **kwargs)
+
+
 @torch.inference_mode()
 def greedy_with_penalties(model, ids: torch.Tensor, mask: torch.Tensor, penalties: Sequence[float],
-                          n_new: int) -> torch.Tensor:
-    """Greedy decoding of a left-padded batch under several repetition penalties at once.
+                          n_new: int, shared: int = 0) -> torch.Tensor:
+    """Greedy decoding of a padded batch under several repetition penalties at once.
 
     The prompts are prefilled once; the cache is then repeated so that copy ``j`` of the batch decodes
-    under ``penalties[j]``. Returns the new tokens, (len(penalties) * B, n_new), copy by copy.
+    under ``penalties[j]``. With ``shared > 0`` (from :func:`prefix_padded`) the first ``shared`` columns, the
+    same tokens in every row, are computed for one row only and copied. Returns the new tokens,
+    (len(penalties) * B, n_new), copy by copy.
     """
     from . import kv_cache
     r, b = len(penalties), ids.shape[0]
+    if shared and not can_share_prefix(model):
+        raise ValueError("This model has sliding-window layers, which cannot share a prefix across padded rows: "
+                         "pass shared=0 with a left-padded batch.")
+    if shared and not (bool((ids[:, :shared] == ids[:1, :shared]).all()) and bool(mask[:, :shared].all())
+                       and 0 < shared < ids.shape[1]):
+        raise ValueError(f"The first {shared} columns are not the same unpadded tokens in every row: build the "
+                         f"batch with prefix_padded.")
     pos = (mask.cumsum(-1) - 1).clamp(min=0)
-    logits, cache = kv_cache.forward(model, ids, cache=kv_cache.new_cache(model), attention_mask=mask,
-                                     position_ids=pos)
+    logits, cache = _prefill(model, ids, mask, shared, **_last_logits_only(model))
+    penalty = torch.tensor(list(penalties), dtype=torch.float32).repeat_interleave(b)
     kv = [(k.repeat(r, 1, 1, 1), v.repeat(r, 1, 1, 1)) for k, v in kv_cache.cache_to_kv(cache)]
     cache = kv_cache.cache_from_kv(model, kv)
     seen, mask, pos = ids.repeat(r, 1), mask.repeat(r, 1), pos[:, -1:].repeat(r, 1)
-    penalty = torch.tensor(list(penalties), dtype=torch.float32).repeat_interleave(b)
     last = logits[:, -1].float().repeat(r, 1)
     out = []
     for step in range(n_new):
@@ -235,11 +326,20 @@ def _reply(tokenizer, new_ids: torch.Tensor) -> str:
 
 def run_battery(model, tokenizer, battery: Sequence[dict], penalties: Sequence[float] = (1.0,),
                 n_new: int = 10) -> list[BatteryResult]:
-    """Ask every question greedily, once per repetition penalty (1.0 is off), in one batch; one result each."""
+    """Ask every question greedily, once per repetition penalty (1.0 is off), in one batch; one result each.
+
+    The questions share their chat template's opening (the system turn), which is computed once for all of them
+    where every layer attends to the whole context (:func:`can_share_prefix`).
+    """
     if not penalties or any(not p > 0 for p in penalties):
         raise ValueError(f"Repetition penalties must be positive numbers (1.0 means off), got {list(penalties)}.")
-    ids, mask = left_padded([chat_prompt(tokenizer, b["question"]) for b in battery], _pad_id(tokenizer))
-    new = greedy_with_penalties(model, ids, mask, penalties, n_new).reshape(len(penalties), len(battery), n_new)
+    prompts = [chat_prompt(tokenizer, b["question"]) for b in battery]
+    if can_share_prefix(model):
+        ids, mask, shared = prefix_padded(prompts, _pad_id(tokenizer))
+    else:
+        (ids, mask), shared = left_padded(prompts, _pad_id(tokenizer)), 0
+    new = greedy_with_penalties(model, ids, mask, penalties, n_new, shared).reshape(len(penalties), len(battery),
+                                                                                    n_new)
     results = []
     for p, rows in zip(penalties, new):
         replies = [_reply(tokenizer, row) for row in rows]
@@ -289,12 +389,22 @@ def reference_positions(model, tokenizer, prompts: Sequence[str] = AGREEMENT_PRO
 
 @torch.inference_mode()
 def next_token_logprobs(model, positions: Positions) -> torch.Tensor:
-    """Log-probabilities (B, n_new, vocab) of the next token at every generated position, teacher-forced."""
-    mask = positions.attention_mask
-    pos_ids = (mask.cumsum(-1) - 1).clamp(min=0)
-    logits = model(positions.sequences, attention_mask=mask, position_ids=pos_ids).logits
-    w = positions.prompt_width
-    return torch.log_softmax(logits[:, w - 1:-1].float(), dim=-1)
+    """Log-probabilities (B, n_new, vocab) of the next token at every generated position, teacher-forced.
+
+    When the prompts open the same way (a chat template's system turn) and the model allows it
+    (:func:`can_share_prefix`), that opening is computed once for all rows (:func:`prefix_padded`); each token
+    still sees exactly its own row's tokens at their own positions.
+    """
+    seq, mask, n = positions.sequences, positions.attention_mask, positions.n_new
+    rows = [seq[i, mask[i].bool()][None] for i in range(seq.shape[0])]
+    keep = {"logits_to_keep": n + 1} if _last_logits_only(model) else {}     # the head only where it is scored
+    if len(rows) > 1 and can_share_prefix(model) and shared_prefix_length(rows) > 0:
+        ids, mask, shared = prefix_padded(rows, int(seq[0, 0]))
+        logits, _ = _prefill(model, ids, mask, shared, **keep)
+    else:
+        pos_ids = (mask.cumsum(-1) - 1).clamp(min=0)
+        logits = model(seq, attention_mask=mask, position_ids=pos_ids, **keep).logits
+    return torch.log_softmax(logits[:, -(n + 1):-1].float(), dim=-1)
 
 
 @dataclass(frozen=True)
