@@ -160,25 +160,21 @@ class Targets:
 @torch.no_grad()
 def teacher_targets(teacher: torch.nn.Module, ids: torch.Tensor, k: int = 32, batch: int = 8) -> Targets:
     """Run the teacher once over ``ids`` (rows, tokens) and keep the top-``k`` logits at every position."""
-    vals, idx = [], []
-    for i in range(0, ids.shape[0], batch):
-        top = teacher(ids[i:i + batch], use_cache=False).logits.float().topk(k, dim=-1)
-        vals.append(top.values)
-        idx.append(top.indices)
-    return Targets(torch.cat(vals), torch.cat(idx))
+    return teacher_pass(teacher, ids, None, k, batch)[0]
 
 
 @torch.no_grad()
-def teacher_pass(teacher: torch.nn.Module, ids: torch.Tensor, student: torch.nn.Module, k: int | None = None,
+def teacher_pass(teacher: torch.nn.Module, ids: torch.Tensor, student: torch.nn.Module | None, k: int | None = None,
                  batch: int = 8) -> tuple[torch.Tensor | Targets, torch.Tensor]:
     """Run the teacher once over ``ids`` (rows, tokens); returns (its logits, what reaches ``student``'s head).
 
     ``student`` is made of the teacher's first layers (:func:`student_from_teacher`). The teacher computes those
     layers on its way, so their output, through the final norm, is exactly :func:`head_inputs` of the student,
     without running the student (checked on the first row; where the model keeps its final norm elsewhere the
-    student is run after all). With ``k`` the logits are kept as the top-``k`` :class:`Targets`.
+    student is run after all). With ``k`` the logits are kept as the top-``k`` :class:`Targets`. With no
+    ``student`` only the logits are returned (and None).
     """
-    depth = student.config.num_hidden_layers
+    depth = student.config.num_hidden_layers if student is not None else 0
     norm = getattr(student.get_decoder(), "norm", None) if hasattr(student, "get_decoder") else None
     logits, vals, idx, exits = [], [], [], []
     for i in range(0, ids.shape[0], batch):
@@ -192,6 +188,8 @@ def teacher_pass(teacher: torch.nn.Module, ids: torch.Tensor, student: torch.nn.
         if norm is not None:
             exits.append(norm(out.hidden_states[depth]))
     result = torch.cat(logits) if k is None else Targets(torch.cat(vals), torch.cat(idx))
+    if student is None:
+        return result, None
     h = torch.cat(exits) if exits else None
     if h is None or not torch.allclose(h[:1], head_inputs(student, ids[:1]), rtol=1e-4, atol=1e-4):
         h = head_inputs(student, ids, batch)
