@@ -44,3 +44,26 @@ def test_dropdowns_are_wide_enough_for_their_longest_label():
     assert built.layout.width == f"calc({len(name) + len('matrix')}ch + 4em)"
     pairs = controls.dropdown([("a very long label indeed", 1), ("b", 2)], description="x").build()
     assert pairs.layout.width.startswith(f"calc({len('a very long label indeed') + 1}ch")
+
+
+def test_live_as_a_cells_last_value_shows_its_controls_once():
+    """A cell ending in ``live(...)`` must not display the widget a second time as its result."""
+    import os
+    from pathlib import Path
+
+    import nbclient
+    import nbformat
+
+    src = Path(__file__).resolve().parents[1] / "src"
+    cell = nbformat.v4.new_code_cell(f"import sys; sys.path.insert(0, {str(src)!r})\n"
+                                     "from helpers.controls import live, int_slider\n"
+                                     "live(lambda a: a * 2, a=int_slider(1, 0, 5, 1, 'a'))")
+    nb = nbformat.v4.new_notebook(cells=[cell])
+    env_before = os.environ.pop(controls.STATIC_ENV, None)
+    try:
+        nbclient.NotebookClient(nb, kernel_name="python3", timeout=120).execute()
+    finally:
+        if env_before is not None:
+            os.environ[controls.STATIC_ENV] = env_before
+    views = [o for o in nb.cells[0].outputs if "application/vnd.jupyter.widget-view+json" in o.get("data", {})]
+    assert len(views) == 1, [o.output_type for o in nb.cells[0].outputs]

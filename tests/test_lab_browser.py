@@ -297,8 +297,27 @@ def exercise_controls(page, name: str, idle_js: str = IDLE_JS) -> list[str]:
     return report
 
 
+def watch_replies(page) -> list[str]:
+    """Every execute reply that was not "ok", as the browser received it: if Run All stops without an
+    error output (the error went into a widget's output, or the kernel aborted the queue), this says why."""
+    seen: list[str] = []
+
+    def frame(payload):
+        text = payload.decode("utf-8", "replace") if isinstance(payload, bytes) else payload
+        if '"execute_reply"' not in text:
+            return
+        status = re.search(r'"status"\s*:\s*"(\w+)"', text)
+        if status and status.group(1) != "ok":
+            bits = [re.search(rf'"{k}"\s*:\s*("(?:[^"\\]|\\.)*"|\d+)', text) for k in ("execution_count", "ename", "evalue")]
+            seen.append(f"{status.group(1)}: " + ", ".join(b.group(0) for b in bits if b))
+
+    page.on("websocket", lambda ws: ws.on("framereceived", frame))
+    return seen
+
+
 def open_notebook(browser, url: str, name: str):
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.mic_replies = watch_replies(page)
     page.add_init_script(STREAM_LOG_JS)
     page.goto(f"{url}/lab/tree/{name}.ipynb?token={TOKEN}&reset", wait_until="load")
     page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
@@ -320,17 +339,27 @@ def test_live_notebook_runs_saves_to_its_source_and_every_control_responds(brows
     page.wait_for_function("() => document.querySelector('.jp-CodeCell .jp-InputArea-prompt') !== null")
     page.wait_for_timeout(2000)
     wait_idle(page, RUN_ALL_TIMEOUT_S, f"{name}: Run All")
+    nb = save_and_read(page, workdir, name)
+    unrun = unrun_cells(nb)
+    if unrun and not page.mic_replies:
+        # The kernel reported no error, yet the page stopped queueing cells: the page lost track of
+        # the kernel's replies (seen once in CI, never here). Say so, then run the rest from the first
+        # cell that did not run, as a reader would, and hold those cells to the same checks.
+        print(f"\n{name}: Run All stopped before cell {unrun[0]} with no error from the kernel; "
+              f"running the rest. {describe_stop(page, nb)}")
+        page.locator(".jp-Notebook .jp-Cell").nth(unrun[0]).locator(".jp-InputPrompt").click()
+        run_menu(page, "Run Selected Cell and All Below")
+        page.wait_for_timeout(2000)
+        wait_idle(page, RUN_ALL_TIMEOUT_S, f"{name}: running the rest")
+        nb = save_and_read(page, workdir, name)
+        unrun = unrun_cells(nb)
     t_run = time.monotonic() - t0
-
-    page.keyboard.press("Control+s")
-    page.wait_for_function(f"() => !({DIRTY_JS})()", timeout=60_000)
-    nb = json.loads((workdir / f"{name}.ipynb").read_text())
     errors = [(c["source"][:200], o) for c in nb["cells"] if c["cell_type"] == "code"
               for o in c.get("outputs", []) if o["output_type"] == "error"]
     assert not errors, f"{name}: Run All left an error: {errors[0][1]['ename']}: {errors[0][1]['evalue']} " \
                        f"in the cell starting {errors[0][0]!r}"
-    unrun = [c["source"][:80] for c in nb["cells"] if c["cell_type"] == "code" and c["execution_count"] is None]
-    assert not unrun, f"{name}: Run All stopped before {unrun[0]!r}"
+    assert not unrun, f"{name}: Run All stopped before {''.join(nb['cells'][unrun[0]]['source'])[:80]!r}; " \
+                      f"{describe_stop(page, nb)}"
     assert md.stat().st_mtime > mtime, f"saving {name}.ipynb did not write {name}.md: is jupytext.toml pairing?"
     assert body(md.read_text()) == body(md_before), f"saving {name} changed its .md beyond the header"
 
@@ -343,6 +372,23 @@ def test_live_notebook_runs_saves_to_its_source_and_every_control_responds(brows
     print(f"\n{name}: Run All {t_run:.0f} s, with controls {time.monotonic() - t0:.0f} s; "
           f"{len(report)} live controls moved")
     print("\n".join(report))
+
+
+def save_and_read(page, workdir: Path, name: str) -> dict:
+    page.keyboard.press("Control+s")
+    page.wait_for_function(f"() => !({DIRTY_JS})()", timeout=60_000)
+    return json.loads((workdir / f"{name}.ipynb").read_text())
+
+
+def unrun_cells(nb: dict) -> list[int]:
+    return [i for i, c in enumerate(nb["cells"]) if c["cell_type"] == "code" and c["execution_count"] is None]
+
+
+def describe_stop(page, nb: dict) -> str:
+    """The kernel's replies that were not ok, and what the last cell that ran shows."""
+    ran = [i for i, c in enumerate(nb["cells"]) if c["cell_type"] == "code" and c["execution_count"]]
+    shown = page.locator(".jp-Notebook .jp-Cell").nth(ran[-1]).evaluate(OUTPUT_JS)["text"] if ran else ""
+    return f"replies that were not ok: {page.mic_replies}; the last cell that ran shows: {shown!r}"
 
 
 def body(md_text: str) -> str:

@@ -50,7 +50,8 @@ def live(fn: Callable, **controls):
     here rather than building ipywidgets yourself, so the static site carries no widget state. The
     function may return a plotly figure, anything displayable, or ``None`` (if it
     displays by itself). ``ValueError`` messages are shown as one line.
-    Returns the widget, or ``None`` on the static site.
+    Returns the widget (which, as a cell's last value, is not shown a second time), or ``None`` on
+    the static site.
     """
     if is_static():
         return None
@@ -78,7 +79,21 @@ def live(fn: Callable, **controls):
     display(ui)
     on_screen[0] = True
     ui.update()
-    return ui
+    return Shown(ui)
+
+
+class Shown:
+    """What :func:`live` returns: its widget, already on screen. As a cell's last value it displays
+    nothing, so the controls appear once, not twice; attributes are the widget's (``.children``)."""
+
+    def __init__(self, widget):
+        self.widget = widget
+
+    def __getattr__(self, name):
+        return getattr(self.widget, name)
+
+    def _ipython_display_(self):
+        pass
 
 
 STREAM_CLASS = "mic-stream"   # the browser tests find streaming outputs by this class
