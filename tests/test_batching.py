@@ -287,3 +287,22 @@ def test_padded_rows_are_exact_only_without_sliding_windows():
     assert sl.padded_rows_are_exact(NS(layer_types=["full_attention"] * 3))
     assert not sl.padded_rows_are_exact(NS(layer_types=["sliding_attention", "full_attention"]))
     assert sl.padded_rows_are_exact(NS()) and not sl.padded_rows_are_exact(NS(use_sliding_window=True))
+
+
+def test_divergences_from_solo_measure_the_solo_gap_at_the_first_difference(tiny, ragged, solo):
+    prompts, lengths = ragged
+    assert sl.divergences_from_solo(tiny, prompts, solo, solo) == []
+    i, k = 2, 5                                    # swap request 2's 6th token for the solo run's runner-up
+    ids = torch.cat([prompts[i], torch.tensor([solo[i][:k]])], dim=1)
+    with torch.inference_mode():
+        logits = tiny(ids).logits[0, -1]
+    top2 = logits.topk(2)
+    assert top2.indices[0].item() == solo[i][k]
+    swapped = [list(o) for o in solo]
+    swapped[i][k:] = [top2.indices[1].item()] * (len(solo[i]) - k)
+    [(req, at, gap)] = sl.divergences_from_solo(tiny, prompts, swapped, solo)
+    assert (req, at) == (i, k) and gap == pytest.approx(float(top2.values[0] - top2.values[1]))
+    assert gap > sl.TIE_GAP                        # a random tiny model's runner-up is no tie
+    truncated = [list(o) for o in solo]
+    truncated[i] = truncated[i][:3]                # a length bug is never mistaken for a tie
+    assert sl.divergences_from_solo(tiny, prompts, truncated, solo) == [(i, 3, float("inf"))]

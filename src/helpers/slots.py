@@ -27,7 +27,8 @@ class SlotBatch:
     Row ``r`` holds one request's keys and values right-aligned in a
     (rows, kv_heads, L, head_dim) tensor per layer, with left padding where it
     is shorter than the longest row. Three things keep every row's arithmetic
-    exactly its own:
+    its own (the same values as a solo run; only the order of some sums may
+    change with the batch's shape, see :func:`divergences_from_solo`):
 
     * ``mask`` (rows, L): 1 on real cached tokens, 0 on padding, so attention
       never looks at another row's padding;
@@ -330,6 +331,36 @@ def serve_side_by_side(model, prompts: Sequence[torch.Tensor], lengths: Sequence
 def solo_outputs(model, prompt: torch.Tensor, n_new: int) -> list[int]:
     """What one request produces alone: prefill, then batch-1 decode steps (the reference for exactness)."""
     return kc.generate_cached(model, prompt, n_new)[0].tolist()
+
+
+TIE_GAP = 1e-3      # logits closer than this are a tie that rounding may break either way
+
+
+@torch.inference_mode()
+def divergences_from_solo(model, prompts: Sequence[torch.Tensor], outputs, solo: Sequence[list[int]]
+                          ) -> list[tuple[int, int, float]]:
+    """Where batched outputs part from the solo ones: ``(request, token index, gap)`` per request that differs.
+
+    A batch computes each row's numbers from the same values as a solo run, but a matrix with more rows
+    may be multiplied with its sums in another order, so logits can differ in the last bits. Greedy
+    decoding turns that into a different token only where the two best logits (nearly) tie. ``gap`` is how
+    far, in the solo run, the batch's token was below the solo token at the first difference: at or under
+    :data:`TIE_GAP` the batch broke a tie the other way; far above it, the batch computed something else.
+    ``outputs[i]`` (a list, or a dict such as ``Schedule.outputs``) is request ``i``'s batched output.
+    """
+    found = []
+    for i, (prompt, ref) in enumerate(zip(prompts, solo)):
+        got = outputs[i]
+        if list(got) == list(ref):
+            continue
+        k = next((j for j, (a, b) in enumerate(zip(got, ref)) if a != b), None)
+        if k is None:               # one is a prefix of the other: a length bug, not a tie
+            found.append((i, min(len(got), len(ref)), float("inf")))
+            continue
+        ids = torch.cat([prompt, torch.tensor([ref[:k]], dtype=prompt.dtype, device=prompt.device)], dim=1)
+        logits = kc.forward(model, ids)[0][0, -1]
+        found.append((i, k, float(logits[ref[k]] - logits[got[k]])))
+    return found
 
 
 def run_transformers_cb(model, prompts: Sequence[torch.Tensor], lengths: Sequence[int], slots: int,
