@@ -4,7 +4,9 @@ driven by Debian's Chromium through Playwright.
 For every notebook in notebooks/ (found by globbing, so new sections are covered without edits):
 
 * it opens unchanged (no "modified" mark before anything runs);
-* Run All finishes and the saved notebook holds no error output;
+* Run All finishes and the saved notebook holds no error output (any reply that was not "ok" is
+  named; if the page stops queueing cells with no error from the kernel, the rest is run from the
+  first cell that did not run, and held to the same checks);
 * saving writes the paired MyST ``.md`` (``jupytext.toml``) with the same cells as the source;
 * every live control (``helpers.live``), moved one step, changes its output, and a move from the
   defaults never answers with an error: the controls offer valid values;
