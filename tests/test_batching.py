@@ -289,9 +289,9 @@ def test_padded_rows_are_exact_only_without_sliding_windows():
     assert sl.padded_rows_are_exact(NS()) and not sl.padded_rows_are_exact(NS(use_sliding_window=True))
 
 
-def test_divergences_from_solo_measure_the_solo_gap_at_the_first_difference(tiny, ragged, solo):
+def test_off_greedy_finds_every_token_the_model_alone_would_not_pick_and_by_how_much(tiny, ragged, solo):
     prompts, lengths = ragged
-    assert sl.divergences_from_solo(tiny, prompts, solo, solo) == []
+    assert sl.off_greedy(tiny, prompts, solo, lengths) == []        # the solo runs are their own greedy picks
     i, k = 2, 5                                    # swap request 2's 6th token for the solo run's runner-up
     ids = torch.cat([prompts[i], torch.tensor([solo[i][:k]])], dim=1)
     with torch.inference_mode():
@@ -299,10 +299,27 @@ def test_divergences_from_solo_measure_the_solo_gap_at_the_first_difference(tiny
     top2 = logits.topk(2)
     assert top2.indices[0].item() == solo[i][k]
     swapped = [list(o) for o in solo]
-    swapped[i][k:] = [top2.indices[1].item()] * (len(solo[i]) - k)
-    [(req, at, gap)] = sl.divergences_from_solo(tiny, prompts, swapped, solo)
-    assert (req, at) == (i, k) and gap == pytest.approx(float(top2.values[0] - top2.values[1]))
+    swapped[i][k] = top2.indices[1].item()
+    [(req, at, gap)] = sl.off_greedy(tiny, prompts, swapped, lengths)
+    assert (req, at) == (i, k) and gap >= float(top2.values[0] - top2.values[1]) - 1e-5
     assert gap > sl.TIE_GAP                        # a random tiny model's runner-up is no tie
+    # after the swap the solo continuation is no longer the greedy pick for that new text: also caught,
+    # and the largest shortfall is reported
+    with torch.inference_mode():
+        full = tiny(torch.cat([prompts[i], torch.tensor([swapped[i]])], dim=1)).logits[0, prompts[i].shape[1] - 1:-1]
+    shortfall = full.max(-1).values - full.gather(-1, torch.tensor(swapped[i])[:, None])[:, 0]
+    assert gap == pytest.approx(float(shortfall.max()))
     truncated = [list(o) for o in solo]
     truncated[i] = truncated[i][:3]                # a length bug is never mistaken for a tie
-    assert sl.divergences_from_solo(tiny, prompts, truncated, solo) == [(i, 3, float("inf"))]
+    assert sl.off_greedy(tiny, prompts, truncated, lengths) == [(i, 3, float("inf"))]
+    # a reply checked once, or the start of one, needs no second pass
+    seen, starts = {}, [o[:k + 1] for o in swapped]
+    assert sl.off_greedy(tiny, prompts, swapped, lengths, seen=seen) == [(req, at, gap)]
+    calls = []
+    hook = tiny.register_forward_hook(lambda *_: calls.append(1))
+    try:
+        again = sl.off_greedy(tiny, prompts, starts, seen=seen)
+    finally:
+        hook.remove()
+    assert calls == [] and again == sl.off_greedy(tiny, prompts, starts)
+    assert again[0][:2] == (i, k)

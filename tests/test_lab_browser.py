@@ -238,15 +238,23 @@ def move(control, page, far: bool = False):
     return None
 
 
-def settle(page, out, before, idle_js: str, timeout_s: float):
-    """The output once it has changed and settled (same twice in a row, kernel idle), or None."""
+def settle(page, out, before, idle_js: str, timeout_s: float, quiet_polls: int | None = None):
+    """The output once it has changed and settled (same twice in a row, kernel idle), or None.
+
+    With ``quiet_polls``, also None as soon as the kernel has been idle that many polls in a row with the
+    output unchanged: the move was handled and changed nothing (no need to wait out the timeout).
+    """
     end = time.monotonic() + timeout_s
-    last = None
+    last, quiet = None, 0
     while time.monotonic() < end:
-        page.wait_for_timeout(700)
+        page.wait_for_timeout(400)
         after = out.evaluate(OUTPUT_JS)
-        if after["shown"] != before["shown"] and after == last and page.evaluate(idle_js):
+        idle = page.evaluate(idle_js)
+        if after["shown"] != before["shown"] and after == last and idle:
             return after
+        quiet = quiet + 1 if idle and after["shown"] == before["shown"] else 0
+        if quiet_polls and quiet >= quiet_polls:
+            return None
         last = after
     return None
 
@@ -266,6 +274,7 @@ def exercise_controls(page, name: str, idle_js: str = IDLE_JS) -> list[str]:
         out = ui.locator(":scope > .widget-output")
         children = ui.locator(":scope > *:not(.widget-output)")
         for j in range(children.count()):
+            t_control = time.monotonic()
             before = out.evaluate(OUTPUT_JS)
             since = page.evaluate("performance.now()")
             moved = move(children.nth(j), page)
@@ -273,7 +282,7 @@ def exercise_controls(page, name: str, idle_js: str = IDLE_JS) -> list[str]:
                 continue
             label = children.nth(j).locator(".widget-label").first
             label = label.inner_text() if label.count() else f"control {j}"
-            after = settle(page, out, before, idle_js, 60)
+            after = settle(page, out, before, idle_js, 60, quiet_polls=6)
             if after is None:                                    # one step changed nothing: go far
                 moved[1]()
                 settle(page, out, {"shown": None}, idle_js, 60)
@@ -295,7 +304,8 @@ def exercise_controls(page, name: str, idle_js: str = IDLE_JS) -> list[str]:
                 moved[1]()
                 settle(page, out, after, idle_js, CONTROL_TIMEOUT_S)
                 streamed += " (a one-line error for this combination; undone)"
-            report.append(f"{name}: live control {i + 1}, '{label}': {done}; output changed{streamed}")
+            report.append(f"{name}: live control {i + 1}, '{label}': {done}; output changed{streamed} "
+                          f"({time.monotonic() - t_control:.1f} s)")
     return report
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import torch
 
 from . import kv_cache as kc
+from .measure import now
 from .speculative import processed
 
 
@@ -38,11 +39,14 @@ class ModelDraft:
     def start(self, prompt_ids: torch.Tensor) -> None:
         self.ids = prompt_ids[0].tolist()
         self.cache, self.cached = kc.rollback_cache(self.model), []    # `cached`: the tokens the cache holds
-        self.forwards = 0
+        self.forwards, self.prefill_seconds = 0, 0.0
 
     def _feed(self, ids: list[int]) -> torch.Tensor:
         x = torch.tensor([ids], device=next(self.model.parameters()).device)
+        t0 = now()
         logits, self.cache = kc.forward(self.model, x, cache=self.cache)
+        if not self.cached:                       # the draft's own prefill of the prompt, timed apart
+            self.prefill_seconds = now() - t0
         self.cached += ids
         self.forwards += 1
         return logits[0, -1]

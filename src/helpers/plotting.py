@@ -16,11 +16,17 @@ with no kernel. The live half (ipywidgets) is in :mod:`helpers.controls`.
 from __future__ import annotations
 
 import json
+import sys
 import uuid
 from typing import Callable, Iterable, Sequence
 
-import plotly.graph_objects as go
-import plotly.io as pio
+# plotly.io imports nbformat, which imports jsonschema, which compiles a grammar for checking IRIs
+# (rfc3987_syntax) as it is imported: a second or more of every notebook's start, for a check that nothing
+# in a notebook's kernel makes. Without the module, jsonschema simply leaves that one format unchecked.
+sys.modules.setdefault("rfc3987_syntax", None)
+
+import plotly.graph_objects as go  # noqa: E402  (after the line above, on purpose)
+import plotly.io as pio  # noqa: E402
 
 PALETTE = ["#1f5fa8", "#d1495b", "#2e933c", "#edae49", "#6c4f9e", "#00798c", "#8d6a4f", "#555555"]
 NAIVE, CACHED = PALETTE[1], PALETTE[0]   # the same colours mean the same thing in every notebook

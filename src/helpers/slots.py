@@ -28,7 +28,7 @@ class SlotBatch:
     (rows, kv_heads, L, head_dim) tensor per layer, with left padding where it
     is shorter than the longest row. Three things keep every row's arithmetic
     its own (the same values as a solo run; only the order of some sums may
-    change with the batch's shape, see :func:`divergences_from_solo`):
+    change with the batch's shape, see :func:`off_greedy`):
 
     * ``mask`` (rows, L): 1 on real cached tokens, 0 on padding, so attention
       never looks at another row's padding;
@@ -337,29 +337,48 @@ TIE_GAP = 1e-3      # logits closer than this are a tie that rounding may break 
 
 
 @torch.inference_mode()
-def divergences_from_solo(model, prompts: Sequence[torch.Tensor], outputs, solo: Sequence[list[int]]
-                          ) -> list[tuple[int, int, float]]:
-    """Where batched outputs part from the solo ones: ``(request, token index, gap)`` per request that differs.
+def off_greedy(model, prompts: Sequence[torch.Tensor], outputs, lengths: Sequence[int] | None = None,
+               seen: dict | None = None) -> list[tuple[int, int, float]]:
+    """The tokens of batched outputs that the model, serving the request alone, would not have picked.
 
-    A batch computes each row's numbers from the same values as a solo run, but a matrix with more rows
-    may be multiplied with its sums in another order, so logits can differ in the last bits. Greedy
-    decoding turns that into a different token only where the two best logits (nearly) tie. ``gap`` is how
-    far, in the solo run, the batch's token was below the solo token at the first difference: at or under
-    :data:`TIE_GAP` the batch broke a tie the other way; far above it, the batch computed something else.
-    ``outputs[i]`` (a list, or a dict such as ``Schedule.outputs``) is request ``i``'s batched output.
+    One forward pass per request, alone and without a cache, over its prompt and its batched output
+    (teacher forcing): the logits at each position say what the request would pick next alone, given
+    the same text so far. A greedy output equals the request's solo run exactly when every token is that
+    pick, so this checks every token at one pass per request instead of one decode step per token.
+
+    A batch computes each row from the same values as a solo run, but a matrix with more rows may be
+    multiplied with its sums in another order, so logits can differ in the last bits; greedy decoding
+    turns that into another token only where the two best logits (nearly) tie. For each request with such
+    a token this returns ``(request, first such token's index, gap)``, where ``gap`` is the largest amount,
+    over all its such tokens, by which the batch's token fell short of the solo pick. At or under
+    :data:`TIE_GAP` the batch broke ties the other way; far above it, the batch computed something else.
+
+    ``outputs[i]`` (a list, or a dict such as ``Schedule.outputs``) is request ``i``'s output; with
+    ``lengths`` an output of the wrong length is reported with an infinite gap (a length bug, not a tie).
+    ``seen``, a dict the caller keeps across calls, saves the pass for a reply already checked, or for the
+    start of one (the logits of a causal model at a position do not depend on the tokens after it).
     """
+    seen = {} if seen is None else seen
     found = []
-    for i, (prompt, ref) in enumerate(zip(prompts, solo)):
-        got = outputs[i]
-        if list(got) == list(ref):
+    for i, prompt in enumerate(prompts):
+        got = tuple(int(t) for t in outputs[i])
+        if lengths is not None and len(got) != lengths[i]:
+            found.append((i, min(len(got), lengths[i]), float("inf")))
             continue
-        k = next((j for j, (a, b) in enumerate(zip(got, ref)) if a != b), None)
-        if k is None:               # one is a prefix of the other: a length bug, not a tie
-            found.append((i, min(len(got), len(ref)), float("inf")))
+        if not got:
             continue
-        ids = torch.cat([prompt, torch.tensor([ref[:k]], dtype=prompt.dtype, device=prompt.device)], dim=1)
-        logits = kc.forward(model, ids)[0][0, -1]
-        found.append((i, k, float(logits[ref[k]] - logits[got[k]])))
+        checked = seen.setdefault(tuple(prompt.reshape(-1).tolist()), [])
+        known = next(((pick, short) for reply, pick, short in checked if reply[:len(got)] == got), None)
+        if known is None:
+            ids = torch.cat([prompt, torch.tensor([got], dtype=prompt.dtype, device=prompt.device)], dim=1)
+            logits = kc.forward(model, ids)[0][0, prompt.shape[1] - 1:-1]     # the prediction for each output token
+            mine = torch.tensor(got, device=logits.device)
+            known = logits.argmax(-1), logits.max(-1).values - logits.gather(-1, mine[:, None])[:, 0]
+            checked.append((got, *known))
+        pick, short = known[0][:len(got)], known[1][:len(got)]
+        off = (pick != torch.tensor(got, device=pick.device)).nonzero()[:, 0]
+        if len(off):
+            found.append((i, int(off[0]), float(short[off].max())))
     return found
 
 

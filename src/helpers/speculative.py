@@ -191,4 +191,5 @@ def speculative_generate(target, draft, prompt_ids: torch.Tensor, n_new: int, ga
     tokens = torch.tensor([out[:n_new]], device=prompt_ids.device)
     return tokens, dict(proposed=proposed, accepted=accepted, acceptance_rate=accepted / max(proposed, 1),
                         target_forwards=forwards, tokens_per_forward=len(out) / forwards,
-                        draft_forwards=getattr(draft, "forwards", 0), seconds=now() - t0)
+                        draft_forwards=getattr(draft, "forwards", 0),
+                        draft_prefill_seconds=getattr(draft, "prefill_seconds", 0.0), seconds=now() - t0)
