@@ -9,6 +9,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from helpers import batching as bt
 from helpers import scheduling as sc
 from helpers import slots as sl
+from helpers import solo as so
 from helpers import kv_cache as kc
 
 
@@ -34,7 +35,7 @@ def ragged():
 
 @pytest.fixture(scope="module")
 def solo(tiny, ragged):
-    return [sl.solo_outputs(tiny, p, n) for p, n in zip(*ragged)]
+    return [so.solo_outputs(tiny, p, n) for p, n in zip(*ragged)]
 
 
 # --------------------------------------------------------------------------- the real scheduler
@@ -97,7 +98,7 @@ def _two_rows(tiny, p1, p2):
 def test_slot_batch_rows_match_solo_and_broken_masks_or_positions_do_not(tiny):
     g = torch.Generator().manual_seed(5)
     p1, p2 = torch.randint(0, 256, (1, 3), generator=g), torch.randint(0, 256, (1, 12), generator=g)
-    solo = [sl.solo_outputs(tiny, p, 8) for p in (p1, p2)]
+    solo = [so.solo_outputs(tiny, p, 8) for p in (p1, p2)]
     # the short row's logits after one batched step, against its own next step alone
     nxt, cache = kc.prefill(tiny, p1)
     with torch.inference_mode():
@@ -291,7 +292,7 @@ def test_padded_rows_are_exact_only_without_sliding_windows():
 
 def test_off_greedy_finds_every_token_the_model_alone_would_not_pick_and_by_how_much(tiny, ragged, solo):
     prompts, lengths = ragged
-    assert sl.off_greedy(tiny, prompts, solo, lengths) == []        # the solo runs are their own greedy picks
+    assert so.off_greedy(tiny, prompts, solo, lengths) == []        # the solo runs are their own greedy picks
     i, k = 2, 5                                    # swap request 2's 6th token for the solo run's runner-up
     ids = torch.cat([prompts[i], torch.tensor([solo[i][:k]])], dim=1)
     with torch.inference_mode():
@@ -300,9 +301,9 @@ def test_off_greedy_finds_every_token_the_model_alone_would_not_pick_and_by_how_
     assert top2.indices[0].item() == solo[i][k]
     swapped = [list(o) for o in solo]
     swapped[i][k] = top2.indices[1].item()
-    [(req, at, gap)] = sl.off_greedy(tiny, prompts, swapped, lengths)
+    [(req, at, gap)] = so.off_greedy(tiny, prompts, swapped, lengths)
     assert (req, at) == (i, k) and gap >= float(top2.values[0] - top2.values[1]) - 1e-5
-    assert gap > sl.TIE_GAP                        # a random tiny model's runner-up is no tie
+    assert gap > so.TIE_GAP                        # a random tiny model's runner-up is no tie
     # after the swap the solo continuation is no longer the greedy pick for that new text: also caught,
     # and the largest shortfall is reported
     with torch.inference_mode():
@@ -311,15 +312,15 @@ def test_off_greedy_finds_every_token_the_model_alone_would_not_pick_and_by_how_
     assert gap == pytest.approx(float(shortfall.max()))
     truncated = [list(o) for o in solo]
     truncated[i] = truncated[i][:3]                # a length bug is never mistaken for a tie
-    assert sl.off_greedy(tiny, prompts, truncated, lengths) == [(i, 3, float("inf"))]
+    assert so.off_greedy(tiny, prompts, truncated, lengths) == [(i, 3, float("inf"))]
     # a reply checked once, or the start of one, needs no second pass
     seen, starts = {}, [o[:k + 1] for o in swapped]
-    assert sl.off_greedy(tiny, prompts, swapped, lengths, seen=seen) == [(req, at, gap)]
+    assert so.off_greedy(tiny, prompts, swapped, lengths, seen=seen) == [(req, at, gap)]
     calls = []
     hook = tiny.register_forward_hook(lambda *_: calls.append(1))
     try:
-        again = sl.off_greedy(tiny, prompts, starts, seen=seen)
+        again = so.off_greedy(tiny, prompts, starts, seen=seen)
     finally:
         hook.remove()
-    assert calls == [] and again == sl.off_greedy(tiny, prompts, starts)
+    assert calls == [] and again == so.off_greedy(tiny, prompts, starts)
     assert again[0][:2] == (i, k)

@@ -3,6 +3,7 @@ import math
 import pytest
 import torch
 
+from helpers import battery as B
 from helpers import quality as QL
 from helpers import quantization as Q
 
@@ -85,7 +86,7 @@ def test_only_full_attention_models_share_an_opening(tiny_llama, second_model_di
     assert QL.can_share_prefix(K.with_kernel(tiny_llama, "int8 weight-only"))
     ids, mask, shared = QL.prefix_padded([torch.tensor([[1, 2, 3]]), torch.tensor([[1, 2, 4, 5]])], pad_id=0)
     with pytest.raises(ValueError, match="sliding-window"):
-        QL.greedy_with_penalties(sliding, ids, mask, (1.0,), n_new=2, shared=shared)
+        B.greedy_with_penalties(sliding, ids, mask, (1.0,), n_new=2, shared=shared)
 
 
 def test_teacher_forcing_with_a_shared_opening_computed_once_gives_the_same_logprobs(tiny_llama):
@@ -132,15 +133,15 @@ def test_wilson_interval_known_values_and_properties():
 
 
 def test_answers_are_matched_as_whole_words_ignoring_case():
-    assert QL.is_correct("The capital of France is Paris.", ["Paris"])
-    assert QL.is_correct("A week has 7 days", ["seven", "7"])
-    assert not QL.is_correct("It boils at 1000 degrees", ["100"])
-    assert not QL.is_correct("Parisian food", ["Paris"])
-    assert QL.is_correct("painted by Leonardo da Vinci", ["da Vinci"])
+    assert B.is_correct("The capital of France is Paris.", ["Paris"])
+    assert B.is_correct("A week has 7 days", ["seven", "7"])
+    assert not B.is_correct("It boils at 1000 degrees", ["100"])
+    assert not B.is_correct("Parisian food", ["Paris"])
+    assert B.is_correct("painted by Leonardo da Vinci", ["da Vinci"])
 
 
 def test_the_battery_file_has_sixteen_questions_with_answers():
-    b = QL.load_battery()
+    b = B.load_battery()
     assert len(b) == 16 and all(q["answers"] for q in b)
 
 
@@ -154,7 +155,7 @@ def test_batched_penalty_decoding_equals_transformers_generate(tiny_llama, penal
     g = torch.Generator().manual_seed(5)
     prompts = [torch.randint(3, 97, (1, n), generator=g) for n in (5, 3, 7)]
     ids, mask = QL.left_padded(prompts, pad_id=0)
-    ours = QL.greedy_with_penalties(tiny_llama, ids, mask, (1.0, penalty), n_new=6)
+    ours = B.greedy_with_penalties(tiny_llama, ids, mask, (1.0, penalty), n_new=6)
     ref = tiny_llama.generate(ids, attention_mask=mask, max_new_tokens=6, min_new_tokens=6, do_sample=False,
                               repetition_penalty=penalty, pad_token_id=0, eos_token_id=None)
     assert torch.equal(ours[3:], ref[:, ids.shape[1]:])
@@ -178,8 +179,8 @@ def test_decoding_with_the_shared_prefix_computed_once_equals_each_prompt_alone(
     prompts = [torch.cat([head, torch.randint(3, 97, (1, n), generator=g)], 1) for n in (4, 1, 3)]
     ids, mask, shared = QL.prefix_padded(prompts, pad_id=0)
     assert shared == 6
-    ours = QL.greedy_with_penalties(tiny_llama, ids, mask, (1.0, penalty), n_new=6, shared=shared)
-    assert torch.equal(ours, QL.greedy_with_penalties(tiny_llama, ids, mask, (1.0, penalty), n_new=6))
+    ours = B.greedy_with_penalties(tiny_llama, ids, mask, (1.0, penalty), n_new=6, shared=shared)
+    assert torch.equal(ours, B.greedy_with_penalties(tiny_llama, ids, mask, (1.0, penalty), n_new=6))
     for i, p in enumerate(prompts):       # alone, unpadded; the penalty also sees the batch's padding tokens
         seen_pad = bool((mask[i] == 0).any())
         alone = tiny_llama.generate(p, max_new_tokens=6, min_new_tokens=6, do_sample=False, repetition_penalty=1.0,
@@ -190,7 +191,7 @@ def test_decoding_with_the_shared_prefix_computed_once_equals_each_prompt_alone(
                                         repetition_penalty=penalty, pad_token_id=0, eos_token_id=None)
             assert torch.equal(ours[3 + i], alone[0, p.shape[1]:])
     with pytest.raises(ValueError, match="prefix_padded"):
-        QL.greedy_with_penalties(tiny_llama, *QL.left_padded(prompts, 0), (1.0,), n_new=2, shared=6)
+        B.greedy_with_penalties(tiny_llama, *QL.left_padded(prompts, 0), (1.0,), n_new=2, shared=6)
 
 
 def test_perplexity_without_the_cross_check_is_the_same_number(tiny_llama):
@@ -204,7 +205,7 @@ def test_perplexity_without_the_cross_check_is_the_same_number(tiny_llama):
 
 def test_penalize_divides_positive_and_multiplies_negative_scores():
     logits = torch.tensor([[2.0, -2.0, 1.0]])
-    out = QL.penalize(logits, torch.tensor([[0, 1]]), torch.tensor([2.0]))
+    out = B.penalize(logits, torch.tensor([[0, 1]]), torch.tensor([2.0]))
     assert out.tolist() == [[1.0, -4.0, 1.0]]
 
 

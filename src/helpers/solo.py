@@ -1,0 +1,68 @@
+"""What a request produces alone: the reference every batched reply is held to (section 4).
+
+* :func:`solo_outputs`: generate it, prefill then batch-1 decode steps;
+* :func:`off_greedy`: check a batched reply against it without generating it, one teacher-forced pass per
+  request, up to ties (:data:`TIE_GAP`) that rounding may break either way.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+from . import kv_cache as kc
+
+
+@torch.inference_mode()
+def solo_outputs(model, prompt: torch.Tensor, n_new: int) -> list[int]:
+    """What one request produces alone: prefill, then batch-1 decode steps (the reference for exactness)."""
+    return kc.generate_cached(model, prompt, n_new)[0].tolist()
+
+
+TIE_GAP = 1e-3      # logits closer than this are a tie that rounding may break either way
+
+
+@torch.inference_mode()
+def off_greedy(model, prompts: Sequence[torch.Tensor], outputs, lengths: Sequence[int] | None = None,
+               seen: dict | None = None) -> list[tuple[int, int, float]]:
+    """The tokens of batched outputs that the model, serving the request alone, would not have picked.
+
+    One forward pass per request, alone and without a cache, over its prompt and its batched output
+    (teacher forcing): the logits at each position say what the request would pick next alone, given
+    the same text so far. A greedy output equals the request's solo run exactly when every token is that
+    pick, so this checks every token at one pass per request instead of one decode step per token.
+
+    A batch computes each row from the same values as a solo run, but a matrix with more rows may be
+    multiplied with its sums in another order, so logits can differ in the last bits; greedy decoding
+    turns that into another token only where the two best logits (nearly) tie. For each request with such
+    a token this returns ``(request, first such token's index, gap)``, where ``gap`` is the largest amount,
+    over all its such tokens, by which the batch's token fell short of the solo pick. At or under
+    :data:`TIE_GAP` the batch broke ties the other way; far above it, the batch computed something else.
+
+    ``outputs[i]`` (a list, or a dict such as ``Schedule.outputs``) is request ``i``'s output; with
+    ``lengths`` an output of the wrong length is reported with an infinite gap (a length bug, not a tie).
+    ``seen``, a dict the caller keeps across calls, saves the pass for a reply already checked, or for the
+    start of one (the logits of a causal model at a position do not depend on the tokens after it).
+    """
+    seen = {} if seen is None else seen
+    found = []
+    for i, prompt in enumerate(prompts):
+        got = tuple(int(t) for t in outputs[i])
+        if lengths is not None and len(got) != lengths[i]:
+            found.append((i, min(len(got), lengths[i]), float("inf")))
+            continue
+        if not got:
+            continue
+        checked = seen.setdefault(tuple(prompt.reshape(-1).tolist()), [])
+        known = next(((pick, short) for reply, pick, short in checked if reply[:len(got)] == got), None)
+        if known is None:
+            ids = torch.cat([prompt, torch.tensor([got], dtype=prompt.dtype, device=prompt.device)], dim=1)
+            logits = kc.forward(model, ids)[0][0, prompt.shape[1] - 1:-1]     # the prediction for each output token
+            mine = torch.tensor(got, device=logits.device)
+            known = logits.argmax(-1), logits.max(-1).values - logits.gather(-1, mine[:, None])[:, 0]
+            checked.append((got, *known))
+        pick, short = known[0][:len(got)], known[1][:len(got)]
+        off = (pick != torch.tensor(got, device=pick.device)).nonzero()[:, 0]
+        if len(off):
+            found.append((i, int(off[0]), float(short[off].max())))
+    return found
