@@ -53,16 +53,16 @@ def off_greedy(model, prompts: Sequence[torch.Tensor], outputs, lengths: Sequenc
             continue
         if not got:
             continue
+        mine = torch.tensor(got, dtype=prompt.dtype, device=prompt.device)
         checked = seen.setdefault(tuple(prompt.reshape(-1).tolist()), [])
         known = next(((pick, short) for reply, pick, short in checked if reply[:len(got)] == got), None)
         if known is None:
-            ids = torch.cat([prompt, torch.tensor([got], dtype=prompt.dtype, device=prompt.device)], dim=1)
-            logits = kc.forward(model, ids)[0][0, prompt.shape[1] - 1:-1]     # the prediction for each output token
-            mine = torch.tensor(got, device=logits.device)
+            logits = kc.forward(model, torch.cat([prompt, mine[None]], dim=1))[0][0, prompt.shape[1] - 1:-1]
+            # logits[j] predicts output token j: the solo pick there, and how far the batch's token fell short
             known = logits.argmax(-1), logits.max(-1).values - logits.gather(-1, mine[:, None])[:, 0]
             checked.append((got, *known))
         pick, short = known[0][:len(got)], known[1][:len(got)]
-        off = (pick != torch.tensor(got, device=pick.device)).nonzero()[:, 0]
+        off = (pick != mine).nonzero()[:, 0]
         if len(off):
             found.append((i, int(off[0]), float(short[off].max())))
     return found
