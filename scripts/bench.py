@@ -34,6 +34,27 @@ def kernel_peak_mib(client) -> float:
     return float("nan")
 
 
+def machine_speed() -> str:
+    """How fast this machine is right now: an fp32 matmul of a prefill's shape and a streaming read.
+
+    Shared machines drift (the same notebook has taken 40 s and 58 s an hour apart here); printing these
+    beside the table says which kind of hour the times come from."""
+    import torch
+    x, w, big = torch.randn(2048, 576), torch.randn(1536, 576), torch.randn(64 * 2 ** 20)
+
+    def median_seconds(f, n):
+        f()
+        times = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            f()
+            times.append(time.perf_counter() - t0)
+        return sorted(times)[n // 2]
+    gflops = 2 * x.shape[0] * x.shape[1] * w.shape[0] / median_seconds(lambda: x @ w.T, 20) / 1e9
+    gbs = big.numel() * 4 / median_seconds(big.sum, 10) / 1e9
+    return f"fp32 matmul {gflops:.0f} GFLOP/s, memory read {gbs:.1f} GB/s"
+
+
 def run(path: Path, timeout: int) -> tuple[float, float, str]:
     import jupytext
     from nbclient import NotebookClient
@@ -63,7 +84,8 @@ def main() -> int:
     args = ap.parse_args()
     paths = args.notebooks or sorted((ROOT / "notebooks").glob("[0-9]*.md"))
     os.environ["MIC_STATIC"] = "0" if args.live else "1"
-    print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores; {'live' if args.live else 'static'} mode")
+    print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores; {'live' if args.live else 'static'} mode; "
+          f"{machine_speed()}", flush=True)
     rows, total, failed = [], 0.0, False
     for p in paths:
         seconds, peak, error = run(p, args.timeout)
@@ -77,7 +99,7 @@ def main() -> int:
         print(f"| {name} | {seconds:.1f} | {peak:.0f} | {flag} |")
     over = " (over the 8 min budget)" if total > BUDGET_CHAPTER_S else ""
     print(f"| **whole chapter** | **{total:.1f}** | {max(r[2] for r in rows):.0f} (largest) | {over} |")
-    print(f"load average after: {os.getloadavg()[0]:.2f}")
+    print(f"load average after: {os.getloadavg()[0]:.2f}; {machine_speed()}")
     return 1 if failed else 0
 
 

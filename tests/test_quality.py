@@ -247,6 +247,19 @@ def test_weight_only_kernels_compute_exactly_their_fake_quantized_schemes():
         assert (got - expected).abs().max() < 1e-4 * expected.abs().max()
 
 
+def test_int8_weight_only_reads_a_prompt_with_one_matmul_and_gets_the_kernels_answer():
+    from helpers import kernels as K
+    torch.manual_seed(1)
+    lin = torch.nn.Linear(128, 96, bias=False)
+    kernel = K.Int8WeightOnlyLinear(lin)
+    prompt = torch.randn(1, K.PREFILL_ROWS + 4, 128)          # more rows than a decode step: the prefill path
+    row_by_row = torch.cat([kernel(prompt[:, i:i + 1]) for i in range(prompt.shape[1])], dim=1)
+    together = kernel(prompt)
+    assert (together - row_by_row).abs().max() < 1e-5 * row_by_row.abs().max()
+    expected = prompt @ Q.Scheme("int8 per-row", "absmax", 8, axis=-1).fake_quantize(lin.weight.detach()).T
+    assert (together - expected).abs().max() < 1e-5 * expected.abs().max()
+
+
 def test_with_kernel_replaces_only_the_projections_and_counts_fewer_bytes(tiny_llama):
     from helpers import kernels as K
     fp32 = K.linear_bytes(tiny_llama)

@@ -25,10 +25,19 @@ from . import quantization as Q
 
 KERNELS = ("fp32", "int8 dynamic (torch.ao)", "int8 weight-only", "int4 weight-only g64")
 INT4_GROUP = 64
+PREFILL_ROWS = 8          # more rows than this at once: a prompt being read, not a decode step
 
 
 class Int8WeightOnlyLinear(torch.nn.Module):
-    """``y = x @ (q * scale).T + b`` computed by ``torch._weight_int8pack_mm`` from int8 codes, one scale per row."""
+    """``y = x @ (q * scale).T + b`` from int8 codes, one scale per row.
+
+    Decode steps and verifications (up to :data:`PREFILL_ROWS` rows) run on ``torch._weight_int8pack_mm``,
+    which reads the int8 codes directly. On this CPU that kernel does each row's work separately, about as
+    slow per row as per step, so a prompt read through it costs one decode step per token. More rows than
+    that are a prompt: the matrix is dequantized once and all rows share one fp32 matmul (unpack once,
+    share across rows: the usual remedy for a prefill through compressed weights). The arithmetic is the
+    same either way; only the rounding order differs.
+    """
 
     def __init__(self, linear: torch.nn.Linear):
         super().__init__()
@@ -38,7 +47,11 @@ class Int8WeightOnlyLinear(torch.nn.Module):
         self.bias = None if linear.bias is None else torch.nn.Parameter(linear.bias.detach().clone())
 
     def forward(self, x):
-        y = torch._weight_int8pack_mm(x.reshape(-1, x.shape[-1]), self.codes, self.scales)
+        rows = x.reshape(-1, x.shape[-1])
+        if rows.shape[0] > PREFILL_ROWS:
+            y = rows @ (self.codes.to(rows.dtype) * self.scales[:, None]).T
+        else:
+            y = torch._weight_int8pack_mm(rows, self.codes, self.scales)
         y = y.reshape(*x.shape[:-1], -1)
         return y if self.bias is None else y + self.bias
 
