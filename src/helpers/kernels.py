@@ -1,4 +1,5 @@
-"""Real low-bit kernels on this CPU: does a smaller weight decode faster? (section 7, "Speed, for real").
+"""Real low-bit kernels on this CPU: does a smaller weight decode faster? (section 5, "Fewer bits, faster
+decode?"; section 8 uses the int8 one as a draft).
 
 Fake quantization (:mod:`helpers.quantization`) tells us what fewer bits do to *quality*: the model still
 multiplies fp32 numbers. Speed needs kernels that read the small codes and compute with them. PyTorch ships
