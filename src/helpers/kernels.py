@@ -8,7 +8,7 @@ three that run on a CPU:
 * :func:`dynamic_int8`: ``torch.ao.quantization.quantize_dynamic``. Weights int8 with one scale per matrix;
   each activation is quantized to int8 on the fly, also with one scale per tensor; an int8 x int8 matmul;
 * :class:`Int8WeightOnlyLinear`: ``torch._weight_int8pack_mm``, int8 weights with one scale per row,
-  activations stay fp32;
+  activations stay fp32 (a prompt of more than :data:`PREFILL_ROWS` rows shares one dequantized matmul);
 * :class:`Int4WeightOnlyLinear`: ``torch._weight_int4pack_mm_for_cpu``, 4-bit codes in groups along each row
   with a scale and a zero per group (codes from :func:`helpers.quantization.asymmetric_quantize`).
 
