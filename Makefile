@@ -68,7 +68,7 @@ lab: $(STAMP)
 # in front of a room would otherwise leave the rest of the page empty. The book build asserts them.
 present: $(STAMP)
 	$(PY) scripts/lab-notebooks notebooks
-	MIC_CLAIMS=report JUPYTER_PATH=$(CURDIR)/instructor $(VENV)/bin/voila $(if $(NB),$$(ls notebooks/$(NB)*.ipynb | head -1),notebooks/) \
+	MIC_CLAIMS=report JUPYTER_PATH=$(CURDIR)/instructor JUPYTER_CONFIG_PATH=$(CURDIR)/instructor $(VENV)/bin/voila $(if $(NB),$$(ls notebooks/$(NB)*.ipynb | head -1),notebooks/) \
 	  --template=room --show_tracebacks=True --Voila.ip=127.0.0.1
 
 # Course builders: rebuild the site re-executing only the notebooks whose code changed (jupyter-cache keeps

@@ -436,7 +436,7 @@ def body(md_text: str) -> str:
 
 # ------------------------------------------------------------------ the instructor view (Voila)
 
-TEMPLATES = ROOT / "instructor"          # instructor/voila/templates/room: Voila's lab template, large, no code
+INSTRUCTOR = ROOT / "instructor"   # voila/templates/room: Voila's lab template, large, no code; voila.py: its settings
 PRESENTED = [n for n in NOTEBOOKS if "stream_box" in (ROOT / "notebooks" / f"{n}.md").read_text()] or NOTEBOOKS[:1]
 
 
@@ -444,7 +444,7 @@ PRESENTED = [n for n in NOTEBOOKS if "stream_box" in (ROOT / "notebooks" / f"{n}
 def voila(workdir):
     """`make present` for one notebook: Voila with the room template on a free 127.0.0.1 port."""
     port = free_port()
-    env = dict(kernel_env(), JUPYTER_PATH=str(TEMPLATES), **PRESENT_ENV)
+    env = dict(kernel_env(), JUPYTER_PATH=str(INSTRUCTOR), JUPYTER_CONFIG_PATH=str(INSTRUCTOR), **PRESENT_ENV)
     proc = subprocess.Popen([PY, "-m", "voila", f"{PRESENTED[0]}.ipynb", *VOILA_ARGS, f"--port={port}"],
                             cwd=workdir, env=env)
     url = f"http://127.0.0.1:{port}"
@@ -460,25 +460,45 @@ VOILA_ARGS = ["--template=room", "--no-browser", "--show_tracebacks=True",
 PRESENT_ENV = {"MIC_CLAIMS": "report"}
 
 
+def open_instructor_view(browser, url: str, name: str, console: list, outside: list, t0: float):
+    """Load the page, which makes Voila run the notebook; returns (page, ok). Not ok: the browser lost a widget
+    model ('Error displaying widget: model not found', a rare race in the page's widget manager, seen once in
+    about a dozen loads with no error anywhere in the kernel)."""
+    page = browser.new_page(viewport={"width": 1600, "height": 1000})
+    page.add_init_script(STREAM_LOG_JS)
+    page.on("request", lambda r: outside.append(r.url) if not r.url.startswith(
+        ("http://127.0.0.1", "ws://127.0.0.1", "data:", "blob:")) else None)
+    page.on("console", lambda m: console.append(f"{time.monotonic() - t0:.0f} s {m.type}: {m.text[:300]}"))
+    page.goto(url, wait_until="load", timeout=RUN_ALL_TIMEOUT_S * 1000)
+    # Voila runs the whole notebook (a spinner counts the cells), then shows it with a live kernel
+    page.wait_for_function("() => !document.querySelector('#loading')", timeout=RUN_ALL_TIMEOUT_S * 1000)
+    try:
+        page.wait_for_function("""() => document.querySelector('.widget-interact .mic-stream') ||
+            document.body.innerText.includes('model not found')""", timeout=300_000)
+    except Exception:
+        pass
+    if page.locator(".widget-interact .mic-stream").count():
+        return page, True
+    shown = page.evaluate("() => document.body.innerText")
+    if "model not found" not in shown:
+        pytest.fail(f"{name} in the instructor view never showed its streaming demo; the page ends with: "
+                    f"{shown[-600:]!r}; the browser's console said: {console[-25:]}")
+    return page, False
 
 
 def test_instructor_view_shows_outputs_and_controls_large_without_code_and_streams(browser, voila):
     name = PRESENTED[0]
     t0 = time.monotonic()
-    page = browser.new_page(viewport={"width": 1600, "height": 1000})
-    page.add_init_script(STREAM_LOG_JS)
-    outside = []
-    page.on("request", lambda r: outside.append(r.url) if not r.url.startswith(
-        ("http://127.0.0.1", "ws://127.0.0.1", "data:", "blob:")) else None)
-    page.goto(voila, wait_until="load", timeout=RUN_ALL_TIMEOUT_S * 1000)
-    # Voila runs the whole notebook (a spinner counts the cells), then shows it with a live kernel
-    page.wait_for_function("() => !document.querySelector('#loading')", timeout=RUN_ALL_TIMEOUT_S * 1000)
-    try:
-        page.wait_for_selector(".widget-interact .mic-stream", state="attached", timeout=300_000)
-    except Exception:
-        shown = page.evaluate("() => document.body.innerText")
-        pytest.fail(f"{name} in the instructor view never showed its streaming demo; the page ends with: "
-                    f"{shown[-1500:]!r}")
+    outside, console = [], []
+    page, ok = open_instructor_view(browser, voila, name, console, outside, t0)
+    if not ok:
+        # What an instructor would do: reload, which runs the notebook again. Twice in a row fails.
+        print(f"\nWARNING: {name} in the instructor view showed 'Error displaying widget: model not found' "
+              f"after {time.monotonic() - t0:.0f} s; reloading once. The browser's console said: {console[-25:]}")
+        page.close()
+        page, ok = open_instructor_view(browser, voila, name, console, outside, t0)
+        assert ok, (f"{name} in the instructor view showed 'model not found' twice in a row; the browser's "
+                    f"console said: {console[-25:]}")
     t_run = time.monotonic() - t0
     assert page.locator(".cm-editor, .jp-InputArea-editor").count() == 0, "the instructor view shows code"
     errors = page.evaluate("""() => Array.from(document.querySelectorAll(
