@@ -34,9 +34,13 @@ book: install
 # Run All of every notebook in live mode on the tiny model with its controls moved, and the instructor view (live,
 # default model) of the streaming notebook. Each (model, mode) pair is run once, which keeps `make test` within
 # 30 minutes; `make nbval` adds every notebook under nbval on the default model, live.
+# pytest runs in two workers, one test file at a time each (JupyterLab's checks, the longest file, on one; the
+# rest on the other): a browser or a kernel starting leaves a core idle most of the time. No test here asserts a
+# timing claim on the default model (the book build, alone, does), and OpenMP threads that wait sleep instead of
+# spinning (OMP_WAIT_POLICY=PASSIVE), so the two workers share the cores instead of fighting over them.
 test: install system-deps
 	$(MAKE) book
-	$(PY) -m pytest tests -v --durations=15
+	OMP_WAIT_POLICY=PASSIVE $(PY) -m pytest tests -n 2 --dist loadfile -v --durations=15
 
 nbval: $(STAMP)
 	mkdir -p build/nbval
