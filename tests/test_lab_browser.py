@@ -32,6 +32,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+import warnings
 from pathlib import Path
 
 import pytest
@@ -492,9 +493,10 @@ def test_instructor_view_shows_outputs_and_controls_large_without_code_and_strea
     outside, console = [], []
     page, ok = open_instructor_view(browser, voila, name, console, outside, t0)
     if not ok:
-        # What an instructor would do: reload, which runs the notebook again. Twice in a row fails.
-        print(f"\nWARNING: {name} in the instructor view showed 'Error displaying widget: model not found' "
-              f"after {time.monotonic() - t0:.0f} s; reloading once. The browser's console said: {console[-25:]}")
+        # What an instructor would do: reload, which runs the notebook again. Twice in a row fails. The warning
+        # shows in pytest's summary, so a reload in CI is on record.
+        warnings.warn(f"{name} in the instructor view showed 'Error displaying widget: model not found' after "
+                      f"{time.monotonic() - t0:.0f} s; reloading once. The browser's console said: {console[-25:]}")
         page.close()
         page, ok = open_instructor_view(browser, voila, name, console, outside, t0)
         assert ok, (f"{name} in the instructor view showed 'model not found' twice in a row; the browser's "
