@@ -11,3 +11,9 @@ wake_up_lost_messages()
 
 c = get_config()  # noqa: F821  (traitlets provides get_config to configuration files)
 c.VoilaExecutor.timeout = 300
+# JupyterLab extensions the page loads: not jupytext's. Its plugin needs JupyterLab's document manager, which
+# Voila's page does not have, and every load logged "The getter for the shared module is not a function
+# (#RUNTIME-012), shareKey @jupyterlab/docmanager" in the browser's console. The load in which the stream demo
+# showed "Error displaying widget: model not found" had that error next to three "widget model not found" ones.
+# Without jupytext the console shows no error.
+c.VoilaConfiguration.extension_denylist = ["jupyterlab-jupytext"]
