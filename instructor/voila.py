@@ -3,14 +3,20 @@
 Voila executes the notebook in its own process, through nbclient like the book build, so it gets the same two
 guards against the intermittent stall of issue 8 (see helpers.notebook_client): a reply whose wake-up was lost
 is picked up within half a second, and a cell that still hangs ends with Voila's "Cell execution timed out"
-message after 300 s (the book build's per-cell limit) instead of a page that never finishes loading.
+message after the book build's per-cell limit (book/_config.yml: 300 s) instead of a page that never finishes
+loading.
 """
+from pathlib import Path
+
+import yaml
+
 from helpers.notebook_client import wake_up_lost_messages
 
 wake_up_lost_messages()
 
-c = get_config()  # noqa: F821  (traitlets provides get_config to configuration files)
-c.VoilaExecutor.timeout = 300
+c = get_config()  # noqa: F821  (traitlets provides get_config and __file__ to configuration files)
+BOOK_CONFIG = Path(__file__).resolve().parents[1] / "book" / "_config.yml"
+c.VoilaExecutor.timeout = yaml.safe_load(BOOK_CONFIG.read_text())["execute"]["timeout"]
 # JupyterLab extensions the page loads: not jupytext's. Its plugin needs JupyterLab's document manager, which
 # Voila's page does not have, and every load logged "The getter for the shared module is not a function
 # (#RUNTIME-012), shareKey @jupyterlab/docmanager" in the browser's console. The load in which the stream demo
