@@ -23,9 +23,11 @@ $(STAMP): requirements.txt pyproject.toml
 install: $(STAMP)
 	$(PY) -m helpers
 
+# scripts/build-book runs jupyter-book with warnings as errors and, when the build fails, ends its output with
+# every warning and each failed notebook's exception (a failed claim with its numbers): CI shows only the end.
 book: install
 	rm -rf book/_build
-	$(VENV)/bin/jupyter-book build book --warningiserror --keep-going
+	$(PY) scripts/build-book book
 	@echo "Open book/_build/html/index.html (or: make serve)"
 
 # Tests: the book built with warnings as errors (every notebook executed in static mode on the default model,
@@ -83,7 +85,7 @@ book-incremental: install
 	  c['execute'].update(execute_notebooks='cache', cache='$(CURDIR)/build/jupyter-cache'); \
 	  ext = c['sphinx']['local_extensions']; ext.update({k: os.path.abspath('book/' + v) for k, v in ext.items()}); \
 	  yaml.safe_dump(c, open('build/_config-incremental.yml', 'w'))"
-	$(VENV)/bin/jupyter-book build book --config build/_config-incremental.yml --warningiserror --keep-going
+	$(PY) scripts/build-book book --config build/_config-incremental.yml
 	@echo "Open book/_build/html/index.html (or: make serve)"
 
 serve:

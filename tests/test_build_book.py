@@ -1,0 +1,35 @@
+"""scripts/build-book: a failed book build ends with why it failed (CI shows only the end of a log)."""
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+NOTEBOOK = """\
+---
+jupytext:
+  text_representation: {extension: .md, format_name: myst}
+kernelspec: {display_name: Python 3, language: python, name: python3}
+---
+# A notebook whose claim fails
+
+```{code-cell} ipython3
+print("several lines of output" + "\\n" * 40)
+assert 1 > 2, "The chapter's claim failed on the default model: one is more than two (1 against 2)."
+```
+"""
+
+
+def test_a_failed_build_ends_with_the_failed_claim(tmp_path):
+    (tmp_path / "_config.yml").write_text("title: t\nexecute:\n  execute_notebooks: force\n")
+    (tmp_path / "_toc.yml").write_text("format: jb-book\nroot: intro\nchapters:\n- file: claims\n")
+    (tmp_path / "intro.md").write_text("# Intro\n")
+    (tmp_path / "claims.md").write_text(NOTEBOOK)
+    run = subprocess.run([sys.executable, str(ROOT / "scripts/build-book"), str(tmp_path)],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode != 0
+    tail = run.stdout.rstrip().splitlines()[-4:]
+    assert tail[0] == "=== Why the book build failed ===", run.stdout[-3000:]
+    assert "Executing notebook failed" in tail[1]
+    assert tail[-1] == ("claims: AssertionError: The chapter's claim failed on the default model: "
+                        "one is more than two (1 against 2).")

@@ -1,0 +1,67 @@
+"""helpers.claims: asserted on the default model, reported elsewhere; timing claims get a second run."""
+import pytest
+
+from helpers import claims
+
+
+@pytest.fixture
+def asserting(monkeypatch):
+    monkeypatch.setenv(claims.CLAIMS_ENV, "assert")
+
+
+@pytest.fixture
+def reporting(monkeypatch):
+    monkeypatch.setenv(claims.CLAIMS_ENV, "report")
+
+
+def runs_of(*values):
+    """A fake measurement: returns the given values one call at a time, and counts the calls."""
+    it = iter(values)
+    calls = []
+
+    def measure():
+        calls.append(1)
+        return next(it)
+    return measure, calls
+
+
+def test_a_failed_claim_asserts_with_its_evidence(asserting):
+    with pytest.raises(AssertionError, match=r"grows \(1.1x\)"):
+        claims.claim(1.1 > 1.2, "it grows", "1.1x")
+    assert claims.claim(True, "it grows") is True
+
+
+def test_a_failed_claim_is_reported_and_the_notebook_goes_on(reporting):
+    assert claims.claim(False, "it grows", "1.1x") is False
+
+
+def test_a_disturbed_first_run_is_measured_again(asserting):
+    measure, calls = runs_of(1.1, 1.4, 1.5)
+    assert claims.measure_until(measure, lambda r: r > 1.2) == [1.1, 1.4]
+    assert len(calls) == 2
+
+
+def test_a_run_that_holds_is_not_repeated(asserting):
+    measure, calls = runs_of(1.4, 1.5)
+    assert claims.measure_until(measure, lambda r: r > 1.2) == [1.4]
+    assert len(calls) == 1
+
+
+def test_a_claim_that_keeps_failing_stops_after_the_last_run(asserting):
+    measure, calls = runs_of(1.0, 1.1, 1.15, 9.9)
+    assert claims.measure_until(measure, lambda r: r > 1.2, runs=3) == [1.0, 1.1, 1.15]
+    with pytest.raises(AssertionError):
+        claims.claim(1.15 > 1.2, "it grows")
+
+
+def test_reported_claims_are_measured_once(reporting):
+    measure, calls = runs_of(1.0, 1.5)
+    assert claims.measure_until(measure, lambda r: r > 1.2) == [1.0]
+
+
+def test_bad_input_gets_one_sentence(asserting, monkeypatch):
+    with pytest.raises(ValueError, match="runs must be at least 1"):
+        claims.measure_until(lambda: 1, lambda r: True, runs=0)
+    monkeypatch.setenv(claims.CLAIMS_ENV, "maybe")
+    with pytest.raises(ValueError, match="must be 'assert' or 'report'"):
+        claims.strict()
