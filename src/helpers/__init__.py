@@ -19,7 +19,8 @@ One module per idea of the chapter:
 * :mod:`helpers.int8_matmuls` the INT8 matmul schemes that cope with outliers, and whole models run through them
 * :mod:`helpers.speculative` speculative decoding: the arithmetic, Leviathan's acceptance rule, the draft/verify loop
 * :mod:`helpers.drafts`     the drafts: a model, an early exit with a restricted head, prompt lookup
-* :mod:`helpers.claims`     the chapter's empirical claims: asserted on the default model, reported on others
+* :mod:`helpers.claims`     the chapter's empirical claims: asserted on the default model, reported on others;
+                            a timing claim that fails is measured once more first
 * :mod:`helpers.chapter`    the chapter's reference architecture and every number it quotes
 * :mod:`helpers.measure`    timing with warm-up and medians, peak memory, progress bars
 * :mod:`helpers.plotting`   the figure style, the static (kernel-free) slider figure
