@@ -6,8 +6,12 @@ from helpers import model as M
 
 
 def test_missing_package_says_what_to_install(monkeypatch):
-    def missing(name):
-        raise importlib.metadata.PackageNotFoundError(name)
+    installed = importlib.metadata.distribution
+
+    def missing(name):     # only the model's package is missing: libraries imported meanwhile still find theirs
+        if name == M.EMBEDDED_PACKAGE:
+            raise importlib.metadata.PackageNotFoundError(name)
+        return installed(name)
     monkeypatch.setattr(M.importlib.metadata, "distribution", missing)
     with pytest.raises(M.ModelNotAvailable) as e:
         M.load_model("embedded")
