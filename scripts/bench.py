@@ -68,19 +68,18 @@ def run(path: Path, timeout: int) -> dict:
 
     nb = jupytext.read(path)
     client = NotebookClient(nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}})
-    out = dict(seconds=float("nan"), start=float("nan"), slowest=(float("nan"), ""), peak=float("nan"), error="")
+    out = dict(seconds=float("nan"), start=float("nan"), slowest=(0.0, ""), peak=float("nan"), error="")
+    code = [i for i, cell in enumerate(nb.cells) if cell.cell_type == "code"]
     t0 = time.perf_counter()
     with client.setup_kernel():
         try:
             for i, cell in enumerate(nb.cells):
                 t = time.perf_counter()
                 client.execute_cell(cell, i)
-                if cell.cell_type != "code":
-                    continue
                 took = time.perf_counter() - t
-                if out["start"] != out["start"]:        # nan: this was the first code cell
+                if i == code[0]:                        # the imports and load_model
                     out["start"] = time.perf_counter() - t0
-                elif not took <= out["slowest"][0]:
+                elif i in code and took > out["slowest"][0]:
                     first = next((l for l in cell.source.splitlines() if l.strip() and not l.startswith("#")), "")
                     out["slowest"] = (took, first.strip()[:48])
         except Exception as e:        # report and go on to the next notebook
