@@ -176,6 +176,24 @@ def test_decode_stepper_grows_the_cache_one_token_per_step(model):
         phases.decode_stepper(model, BASE, 0)
 
 
+def test_decode_stepper_uses_a_prefilled_cache_only_at_its_length(model, monkeypatch):
+    ids = phases.prompt_of_length(BASE, 10)
+    ready = kv_cache.prefill(model, ids)
+    calls = []
+    real_prefill = kv_cache.prefill
+    monkeypatch.setattr(kv_cache, "prefill", lambda *a, **k: calls.append(1) or real_prefill(*a, **k))
+    step, state = phases.decode_stepper(model, BASE, 10, prefilled=ready)
+    assert calls == [] and state[1] is ready[1]           # taken as it is: no second prefill
+    step()                                                # the step grows that very cache to 11 tokens...
+    assert kv_cache.cache_length(ready[1]) == 11
+    _, again = phases.decode_stepper(model, BASE, 10, prefilled=ready)
+    assert calls == [1] and kv_cache.cache_length(again[1]) == 10   # ...so it is not reused: a fresh prefill
+    fresh = phases.decode_sweep(model, BASE, [10], repeats=2, warmup=1)
+    reused = phases.decode_sweep(model, BASE, [10], repeats=2, warmup=1,
+                                 prefilled={10: real_prefill(model, ids)})
+    assert (fresh[0].cache_bytes, fresh[0].steps) == (reused[0].cache_bytes, reused[0].steps)
+
+
 def test_ttft_row_statistics():
     mk = lambda times: phases.Stream(prompt_tokens=5, tokens=list(range(len(times))), times=times)  # noqa: E731
     row = phases.TTFTRow(5, [mk([0.3, 0.4, 0.5]), mk([0.1, 0.3, 0.35]), mk([0.2, 0.5, 0.6])])

@@ -126,15 +126,21 @@ class DecodeRow:
         return 1.0 / self.seconds
 
 
-def decode_stepper(model, base_ids: torch.Tensor, context: int):
+def decode_stepper(model, base_ids: torch.Tensor, context: int, prefilled=None):
     """Prefill a cache of ``context`` tokens (untimed) and return ``(step, state)``.
 
     ``step()`` runs one real decode step: it feeds back the token the previous
     step produced, so the cache grows by one token per call. ``state`` is
-    ``[next_token, cache]`` as it stands after the latest step.
+    ``[next_token, cache]`` as it stands after the latest step. ``prefilled``, a
+    ``(next_token, cache)`` pair that :func:`kv_cache.prefill` already returned for
+    this prompt, is used instead of prefilling again when its cache holds exactly
+    ``context`` tokens (steps grow it in place, so a used one is prefilled afresh).
     """
     _check_lengths([context], "context")
-    state = list(kv_cache.prefill(model, prompt_of_length(base_ids, context)))
+    if prefilled is not None and kv_cache.cache_length(prefilled[1]) == context:
+        state = list(prefilled)
+    else:
+        state = list(kv_cache.prefill(model, prompt_of_length(base_ids, context)))
 
     def step():
         state[0], state[1] = kv_cache.decode_step(model, state[0], state[1])
@@ -143,15 +149,17 @@ def decode_stepper(model, base_ids: torch.Tensor, context: int):
 
 
 def decode_sweep(model, base_ids: torch.Tensor, contexts: Sequence[int], repeats: int = 5,
-                 warmup: int = 1) -> list[DecodeRow]:
+                 warmup: int = 1, prefilled: Mapping[int, tuple] | None = None) -> list[DecodeRow]:
     """Table B: one decode step against a cache of ``C`` tokens, for each ``C`` in ``contexts``.
 
-    Each context gets its own cache (prefilled, untimed); each timed step is a
+    Each context gets its own cache (prefilled, untimed, or taken from ``prefilled[C]``, the
+    ``kv_cache.prefill`` result of the same prompt, e.g. a prefill sweep's warm-up); each timed step is a
     real decode step that feeds back the token it produced, so the cache grows
     by one token per step (``warmup + repeats`` tokens in all, reported in ``steps``).
     """
     contexts = _check_lengths(contexts, "contexts")
-    steppers = {c: decode_stepper(model, base_ids, c) for c in contexts}
+    prefilled = prefilled or {}
+    steppers = {c: decode_stepper(model, base_ids, c, prefilled.get(c)) for c in contexts}
     sizes = {c: kv_cache.cache_nbytes(st[1][1]) for c, st in steppers.items()}
     timed = interleaved_medians({c: st[0] for c, st in steppers.items()}, repeats=repeats, warmup=warmup)
     return [DecodeRow(c, timed[c].median, timed[c].spread, warmup + repeats, sizes[c], timed[c].min)
