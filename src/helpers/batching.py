@@ -67,7 +67,9 @@ def decode_step_sweep(model, batch_sizes: Sequence[int], context: int = 64, repe
     ids = ids.to(next(model.parameters()).device)
     _, one = kc.prefill(model, ids)
     base = cache_to_kv(one)
-    caches = [cache_from_kv(model, [(k.repeat(b, 1, 1, 1), v.repeat(b, 1, 1, 1)) for k, v in base]) for b in sizes]
+    # expand() is a view of the one row; building the cache concatenates it, which makes the only copy
+    caches = [cache_from_kv(model, [(k.expand(b, -1, -1, -1), v.expand(b, -1, -1, -1)) for k, v in base])
+              for b in sizes]
     tokens = [torch.full((b, 1), int(ids[0, -1]), device=ids.device) for b in sizes]
     times: list[list[float]] = [[] for _ in sizes]
     rounds = range(warmup + repeats)

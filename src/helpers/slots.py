@@ -5,12 +5,15 @@ tensor per layer, with a mask and per-row positions so that each row computes
 exactly what it would alone. :func:`serve` runs the static or the continuous
 policy over it on the real model and returns a :class:`helpers.scheduling.Schedule`;
 :func:`serve_side_by_side` interleaves two servers so that a busy machine
-slows both alike. :func:`run_transformers_cb` gives the same requests to
+slows both alike, and runs each request's prefill (:class:`Prefill`) once for
+both. :func:`run_transformers_cb` gives the same requests to
 transformers' own continuous-batching engine for comparison. Whether a batched
 reply is what the request produces alone is checked in :mod:`helpers.solo`.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import torch
@@ -20,6 +23,40 @@ from .measure import now
 from .scheduling import POLICIES, Schedule, _check_workload
 
 # --------------------------------------------------------------------------- the real thing
+
+
+@dataclass(frozen=True)
+class Prefill:
+    """One request's prompt, run through the model alone: what admitting it to a slot batch starts from.
+
+    A prefill runs at batch 1, whatever the policy and whoever else is in the
+    batch, so it is the same computation with the same result every time the
+    same prompt is admitted. Kept, it can be reused instead of run again.
+    """
+    first: int                                       # the first greedy token of the reply
+    logits: torch.Tensor                             # (vocab,) the last prompt position's logits, which chose it
+    kv: list[tuple[torch.Tensor, torch.Tensor]]      # its cache, as kv_cache.cache_to_kv gives it
+    seconds: float                                   # how long the prefill took, measured
+
+
+@torch.inference_mode()
+def prefill_alone(model, prompt_ids: torch.Tensor) -> Prefill:
+    """Run one prompt (1, tokens) alone and time it.
+
+    Only the last position's logits are computed (``logits_to_keep=1``): they
+    pick the first token, and the earlier positions' logits over the whole
+    vocabulary would be thrown away.
+    """
+    t0 = now()
+    logits, cache = kc.forward(model, prompt_ids, cache=kc.new_cache(model), logits_to_keep=1)
+    first = int(kc.greedy(logits))
+    kv = kc.cache_to_kv(cache)
+    return Prefill(first, logits[0, -1], kv, now() - t0)
+
+
+def prompt_key(prompt_ids: torch.Tensor) -> tuple[int, ...]:
+    """A prompt's tokens as a dictionary key: requests with the same prompt have the same prefill."""
+    return tuple(prompt_ids.reshape(-1).tolist())
 
 
 class SlotBatch:
@@ -39,6 +76,8 @@ class SlotBatch:
     * admitting a request copies its own prefill cache into a new row; removing
       one drops its row and trims columns that became padding for every row.
     """
+
+    reuse: dict | None = None       # prefills to take instead of running them again: see reusing_prefills
 
     def __init__(self, model):
         self.model = model
@@ -66,13 +105,19 @@ class SlotBatch:
         return int(self.length.sum())
 
     @torch.inference_mode()
-    def add(self, prompt_ids: torch.Tensor) -> int:
-        """Prefill one request alone and join it as a new row. Returns its first greedy token."""
+    def add(self, prompt_ids: torch.Tensor, prefill: Prefill | None = None) -> int:
+        """Prefill one request alone and join it as a new row. Returns its first greedy token.
+
+        ``prefill``: this prompt's :class:`Prefill`, already run; then it is not run again.
+        """
         if prompt_ids.dim() != 2 or prompt_ids.shape[0] != 1 or prompt_ids.shape[1] < 1:
             raise ValueError("add() takes one prompt shaped (1, tokens) with at least one token.")
-        logits, cache = kc.forward(self.model, prompt_ids, cache=kc.new_cache(self.model))
-        first = kc.greedy(logits)
-        new = kc.cache_to_kv(cache)
+        if prefill is None and self.reuse is not None:
+            prefill = self.reuse.get(prompt_key(prompt_ids))
+        if prefill is None:
+            prefill = prefill_alone(self.model, prompt_ids)
+        first = torch.tensor([[prefill.first]], device=prompt_ids.device)
+        new = prefill.kv
         p = prompt_ids.shape[1]
         if self.kv is None or self.rows == 0:
             self.kv = new
@@ -127,6 +172,23 @@ class SlotBatch:
         return self.last
 
 
+@contextmanager
+def reusing_prefills(prefills: dict):
+    """Inside this block, :meth:`SlotBatch.add` takes a prompt's prefill from ``prefills`` (keyed by
+    :func:`prompt_key`) when it is there, instead of running it again.
+
+    For checking code that admits requests through :class:`SlotBatch` (the
+    notebook's own short loops) on prompts that a run before it already
+    prefilled: a prefill runs alone, so it would compute the same thing again,
+    and what is being checked is the batching that follows it.
+    """
+    before, SlotBatch.reuse = SlotBatch.reuse, prefills
+    try:
+        yield prefills
+    finally:
+        SlotBatch.reuse = before
+
+
 def padded_rows_are_exact(config) -> bool:
     """Whether :class:`SlotBatch` reproduces every request's solo output exactly on this architecture.
 
@@ -165,6 +227,10 @@ class WorkClock:
     def __call__(self) -> float:
         return self.spent + (self.clock() - self.since if self.since is not None else 0.0)
 
+    def charge(self, seconds: float) -> None:
+        """Count work done elsewhere as this server's own: a prefill another server ran for both."""
+        self.spent += seconds
+
 
 def _your_turn_is_over(clock: WorkClock):
     clock.stop()
@@ -173,13 +239,19 @@ def _your_turn_is_over(clock: WorkClock):
 
 
 def serving(model, prompts: Sequence[torch.Tensor], lengths: Sequence[int], slots: int, policy: str,
-            bar=None, clock: WorkClock | None = None):
+            bar=None, clock: WorkClock | None = None, prefills: dict | None = None):
     """The scheduler as a generator: it pauses (yields) after every admission and every batched step.
 
     Drive it with :func:`serve` (one server) or :func:`serve_side_by_side`
     (several servers taking turns). Its :class:`WorkClock` only runs while it
     works, so its times are those of the work alone. Returns a :class:`Schedule`
     (as the generator's return value).
+
+    ``prefills``, a dict shared with other servers (keyed by :func:`prompt_key`):
+    a request whose prefill is already there is admitted from it, and the
+    prefill's measured seconds are charged to this server's clock as if it had
+    run it; otherwise the prefill runs here and is stored for the others.
+    Without it, every admission runs its own prefill.
     """
     _check_workload(list(lengths), slots, policy, None)
     if len(prompts) != len(lengths):
@@ -201,7 +273,15 @@ def serving(model, prompts: Sequence[torch.Tensor], lengths: Sequence[int], slot
         i = nxt
         nxt += 1
         admit[i], slot_of[i] = now(), s
-        outputs[i] = [batch.add(prompts[i])]
+        stored = None
+        if prefills is not None:
+            key = prompt_key(prompts[i])
+            stored = prefills.get(key)
+            if stored is None:          # the first server to admit it runs it, on its own clock
+                stored = prefills[key] = prefill_alone(model, prompts[i])
+            else:                       # another server ran it: the same work, so the same time
+                now.charge(stored.seconds)
+        outputs[i] = [batch.add(prompts[i], stored)]
         row_req.append(i)
         row_slot.append(s)
         if bar is not None:
@@ -301,18 +381,25 @@ def serve(model, prompts: Sequence[torch.Tensor], lengths: Sequence[int], slots:
 
 
 def serve_side_by_side(model, prompts: Sequence[torch.Tensor], lengths: Sequence[int], slots: int,
-                       policies: Sequence[str] = POLICIES, progress: Callable | None = None) -> dict[str, Schedule]:
+                       policies: Sequence[str] = POLICIES, progress: Callable | None = None,
+                       prefills: dict | None = None) -> dict[str, Schedule]:
     """Run several policies on the same requests, taking turns one admission or step at a time.
 
     Each server's clock runs only during its own turns. On a machine where
     other programs come and go, a slow spell then lands on both servers' turns
     alike instead of on whichever happened to be running, so their ratio
     survives it. Each turn is still a real, wall-clock-timed piece of work.
+
+    A request's prefill runs alone, so it is the same computation under every
+    policy: it runs once, on whichever server admits the request first, and its
+    measured time is charged to every server's clock (see :func:`serving`).
+    Pass a dict as ``prefills`` to keep them (keyed by :func:`prompt_key`).
     """
     if len(policies) == 0:
         raise ValueError("give at least one policy to run.")
+    prefills = {} if prefills is None else prefills
     bar = progress(total=sum(lengths) * len(policies)) if progress else None
-    running = {p: serving(model, prompts, lengths, slots, p, bar) for p in policies}
+    running = {p: serving(model, prompts, lengths, slots, p, bar, prefills=prefills) for p in policies}
     results: dict[str, Schedule] = {}
     try:
         while running:

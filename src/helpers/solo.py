@@ -2,7 +2,8 @@
 
 * :func:`solo_outputs`: generate it, prefill then batch-1 decode steps;
 * :func:`off_greedy`: check a batched reply against it without generating it, one teacher-forced pass per
-  request, up to ties (:data:`TIE_GAP`) that rounding may break either way.
+  request (over the reply alone when the request's prefill is at hand), up to ties (:data:`TIE_GAP`) that
+  rounding may break either way.
 """
 from __future__ import annotations
 
@@ -24,11 +25,12 @@ TIE_GAP = 1e-3      # logits closer than this are a tie that rounding may break 
 
 @torch.inference_mode()
 def off_greedy(model, prompts: Sequence[torch.Tensor], outputs, lengths: Sequence[int] | None = None,
-               seen: dict | None = None) -> list[tuple[int, int, float]]:
+               seen: dict | None = None, prefills: dict | None = None) -> list[tuple[int, int, float]]:
     """The tokens of batched outputs that the model, serving the request alone, would not have picked.
 
     One forward pass per request, alone and without a cache, over its prompt and its batched output
-    (teacher forcing): the logits at each position say what the request would pick next alone, given
+    (teacher forcing; given the prompt's prefill, over the output only, continuing from the prefill's
+    cache): the logits at each position say what the request would pick next alone, given
     the same text so far. A greedy output equals the request's solo run exactly when every token is that
     pick, so this checks every token at one pass per request instead of one decode step per token.
 
@@ -43,6 +45,9 @@ def off_greedy(model, prompts: Sequence[torch.Tensor], outputs, lengths: Sequenc
     ``lengths`` an output of the wrong length is reported with an infinite gap (a length bug, not a tie).
     ``seen``, a dict the caller keeps across calls, saves the pass for a reply already checked, or for the
     start of one (the logits of a causal model at a position do not depend on the tokens after it).
+    ``prefills``, the :class:`helpers.slots.Prefill` of each prompt (keyed by its tokens, as
+    :func:`helpers.slots.serve_side_by_side` keeps them): the prompt's part of the pass is that prefill,
+    already run alone, so the pass continues from its cache over the reply only (see :func:`solo_logits`).
     """
     seen = {} if seen is None else seen
     found = []
@@ -54,10 +59,11 @@ def off_greedy(model, prompts: Sequence[torch.Tensor], outputs, lengths: Sequenc
         if not got:
             continue
         mine = torch.tensor(got, dtype=prompt.dtype, device=prompt.device)
-        checked = seen.setdefault(tuple(prompt.reshape(-1).tolist()), [])
+        key = tuple(prompt.reshape(-1).tolist())
+        checked = seen.setdefault(key, [])
         known = next(((pick, short) for reply, pick, short in checked if reply[:len(got)] == got), None)
         if known is None:
-            logits = kc.forward(model, torch.cat([prompt, mine[None]], dim=1))[0][0, prompt.shape[1] - 1:-1]
+            logits = solo_logits(model, prompt, mine, (prefills or {}).get(key))
             # logits[j] predicts output token j: the solo pick there, and how far the batch's token fell short
             known = logits.argmax(-1), logits.max(-1).values - logits.gather(-1, mine[:, None])[:, 0]
             checked.append((got, *known))
@@ -66,3 +72,23 @@ def off_greedy(model, prompts: Sequence[torch.Tensor], outputs, lengths: Sequenc
         if len(off):
             found.append((i, int(off[0]), float(short[off].max())))
     return found
+
+
+@torch.inference_mode()
+def solo_logits(model, prompt: torch.Tensor, reply: torch.Tensor, prefill=None) -> torch.Tensor:
+    """Teacher forcing, alone: row ``j`` holds the logits with which the request, run alone on its prompt and
+    ``reply[:j]``, picks its next token. ``reply`` is a 1-D tensor of token ids.
+
+    Without ``prefill``, one pass over prompt and reply with no cache. With the prompt's
+    :class:`helpers.slots.Prefill`, the prompt's part of that pass has already been run alone: row 0 is the
+    prefill's own last-position logits, and the rest comes from one pass over the reply continuing from its
+    cache. A sliding-window layer's cache keeps only its window, and a cache rebuilt from it would not know
+    where in the sequence it is, so such a prefill is not continued: the full pass runs instead.
+    """
+    holds_prompt = prefill is not None and all(k.shape[-2] == prompt.shape[1] for k, _ in prefill.kv)
+    if not holds_prompt:
+        return kc.forward(model, torch.cat([prompt, reply[None]], dim=1))[0][0, prompt.shape[1] - 1:-1]
+    rows = [prefill.logits[None]]
+    if len(reply) > 1:
+        rows.append(kc.forward(model, reply[None, :-1], cache=kc.cache_from_kv(model, prefill.kv))[0][0])
+    return torch.cat(rows)
