@@ -69,3 +69,60 @@ def test_the_embedded_gguf_is_on_a_q4_1_grid():
     table = {r["format"]: r for r in G.format_table(path)}
     assert "Q4_1" in table and table["Q4_1"]["bits / weight"] == 5.0
     assert sum(r["bytes"] for r in table.values()) == sum(r["weights"] * r["bits / weight"] / 8 for r in table.values())
+
+
+@pytest.fixture(scope="module")
+def embedded_path():
+    from helpers.model import ModelNotAvailable, embedded_gguf_path
+    try:
+        return str(embedded_gguf_path())
+    except ModelNotAvailable:
+        pytest.skip("embedded model not installed")
+
+
+def test_our_tensor_directory_matches_ggufs_reader(embedded_path):
+    from gguf import GGUFReader
+    theirs = GGUFReader(embedded_path).tensors                   # slow (seconds): what our reader avoids
+    ours = G.tensor_directory(embedded_path)
+    assert list(ours) == [t.name for t in theirs]
+    for t in theirs:
+        mine = ours[t.name]
+        assert mine.type_name == t.tensor_type.name
+        assert mine.dims == tuple(int(d) for d in t.shape)        # GGUF's order, as the package gives it
+        assert (mine.offset, mine.n_elements, mine.n_bytes) == (t.data_offset, int(t.n_elements), int(t.n_bytes))
+    by_type = {}
+    for t in theirs:                                             # one tensor of each format, and the first
+        by_type.setdefault(t.tensor_type.name, t)
+    for t in [theirs[0], *by_type.values()]:
+        raw = G.read_tensor_bytes(ours[t.name], embedded_path)
+        assert raw.numpy().tobytes() == t.data.tobytes()
+    fmt, raw, shape = G.stored_blocks("model.layers.3.self_attn.q_proj.weight", embedded_path)
+    t = next(t for t in theirs if t.name == "blk.3.attn_q.weight")
+    assert fmt == t.tensor_type.name and shape == (int(t.shape[1]), int(t.shape[0]))
+    assert raw.numpy().tobytes() == t.data.tobytes()
+
+
+def test_tensor_directory_rejects_bad_files_with_a_clear_error(embedded_path, tmp_path):
+    with open(embedded_path, "rb") as f:
+        head = f.read(1 << 16)
+    cases = {
+        "empty.gguf": b"",
+        "garbage.gguf": bytes(range(256)) * 64,
+        "big-endian.gguf": b"GGUF" + (3).to_bytes(4, "big") + head[8:],
+        "future-version.gguf": b"GGUF" + (99).to_bytes(4, "little") + head[8:],
+        "cut-in-the-header.gguf": head,                           # the vocabulary alone is longer than this
+    }
+    expected = {"empty.gguf": "empty", "garbage.gguf": "not a GGUF file", "big-endian.gguf": "big-endian",
+                "future-version.gguf": "version 99", "cut-in-the-header.gguf": "truncated"}
+    for name, data in cases.items():
+        path = tmp_path / name
+        path.write_bytes(data)
+        with pytest.raises(ValueError, match=expected[name]):
+            G.tensor_directory(str(path))
+    # a whole header whose data stops short: cut the file one byte into the tensor that ends last
+    last = max(G.tensor_directory(embedded_path).values(), key=lambda t: t.offset + t.n_bytes)
+    cut = tmp_path / "cut-in-the-data.gguf"
+    with open(embedded_path, "rb") as f:
+        cut.write_bytes(f.read(last.offset + 1))
+    with pytest.raises(ValueError, match="truncated"):
+        G.tensor_directory(str(cut))

@@ -48,6 +48,9 @@ def test_linear_inputs_cover_every_linear_with_its_width(tiny):
     with pytest.raises(ValueError):
         O.linear_inputs(model, ids, ["model.layers.0.mlp"])
     with pytest.raises(ValueError):
+        O.linear_inputs(model, ids, ["model.layers.0.mlp", "model.layers.0.mlp.down_proj"])
+    assert not any(m._forward_hooks for m in model.modules() if isinstance(m, torch.nn.Linear))   # none left behind
+    with pytest.raises(ValueError):
         O.residual_stream(model, ids[0])
 
 
@@ -193,7 +196,7 @@ def test_emulated_linears_replace_and_restore(tiny):
             assert n == 15
             during = model(ids).logits
         after = model(ids).logits
-    assert torch.equal(before, after)                        # hooks removed
+    assert torch.equal(before, after)                        # the layers' own forward is back
     assert not torch.equal(before, during)
     assert torch.allclose(before, during, atol=0.05 * before.abs().max().item())
     with pytest.raises(ValueError):

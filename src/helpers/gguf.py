@@ -16,6 +16,11 @@ needs two things from that:
   that is not a GGUF file has no stored blocks at all: :func:`stored_blocks`
   says so instead of guessing.
 
+Both find a matrix through the file's tensor directory, read by
+:func:`tensor_directory` with ``struct``: the ``gguf`` package's
+own reader also unpacks every metadata value, the whole vocabulary included,
+which takes seconds for the few hundred entries we need.
+
 Q4_1 also appears here as a quantizer (:func:`q4_1_quantize`), because our
 reference weights are stored in it; :mod:`helpers.quantization` re-exports it.
 """
@@ -23,6 +28,9 @@ from __future__ import annotations
 
 import functools
 import math
+import mmap
+import struct
+from dataclasses import dataclass
 
 import torch
 
@@ -38,6 +46,15 @@ UNPACKED = ("Q4_0", "Q4_1", "Q8_0")
 
 
 
+def _q4_1_steps(w: torch.Tensor):
+    """Q4_1's blocks of ``w`` and their layout, each block's minimum and its step ``d = (max - min) / 15`` (fp32)."""
+    w = _check_weights(w)
+    lay = _Layout(w.shape, None, Q4_1_BLOCK)
+    b = lay.to_blocks(w)
+    mn = b.amin(dim=1, keepdim=True)
+    return lay, b, mn, (b.amax(dim=1, keepdim=True) - mn) / 15
+
+
 def q4_1_quantize(w: torch.Tensor):
     """GGML Q4_1: blocks of 32 consecutive weights, ``w ~ q * d + m`` with q in 0..15.
 
@@ -45,11 +62,7 @@ def q4_1_quantize(w: torch.Tensor):
     Rounds exactly like llama.cpp's reference (codes from fp32 ``d`` and ``min``,
     both stored in fp16).
     """
-    w = _check_weights(w)
-    lay = _Layout(w.shape, None, Q4_1_BLOCK)
-    b = lay.to_blocks(w)
-    mn = b.amin(dim=1, keepdim=True)
-    d = (b.amax(dim=1, keepdim=True) - mn) / 15
+    lay, b, mn, d = _q4_1_steps(w)
     inv = torch.where(d == 0, torch.zeros_like(d), 1 / d)
     q = torch.trunc((b - mn) * inv + 0.5).clamp(0, 15)
     return lay.from_blocks(q.to(torch.uint8)), d.reshape(-1).half(), mn.reshape(-1).half()
@@ -73,7 +86,7 @@ def q4_1_error_estimate(w: torch.Tensor) -> float:
     the unknown weights it was rounded from.
     """
     w = _check_weights(w)
-    _, d, _ = q4_1_quantize(w)
+    d = _q4_1_steps(w)[3].reshape(-1).half()      # the steps as stored; the codes are not needed
     norm = float(torch.linalg.vector_norm(w))
     if norm == 0:
         raise ValueError("The tensor is all zeros, so a relative error is undefined.")
@@ -104,10 +117,129 @@ def model_gguf_path(setting: str | None = None) -> str | None:
     return location if kind in ("embedded", "gguf") else None
 
 
-@functools.lru_cache(maxsize=2)
-def _reader(path: str):
+# --------------------------------------------------------------------------- the file's tensor directory
+#
+# A GGUF file is a header, then the tensors' bytes. The header holds, in order: the magic b"GGUF", a version,
+# the number of tensors and of metadata entries, the metadata (key, type, value: the tokenizer's whole
+# vocabulary is in there), and one directory entry per tensor (name, dimensions, GGML type, offset). The data
+# starts at the next multiple of ``general.alignment`` (32 unless the metadata says otherwise). The gguf
+# package's GGUFReader builds numpy views of every metadata value, some 100,000 of them for the vocabulary,
+# which takes seconds; we step over the metadata and keep only the directory.
+
+_SCALAR_BYTES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}  # GGUFValueType: bytes
+_UINT32, _STRING, _ARRAY = 4, 8, 9
+_VERSIONS = (2, 3)
+_DEFAULT_ALIGNMENT = 32
+
+
+@dataclass(frozen=True)
+class StoredTensor:
+    """One entry of a GGUF file's tensor directory, with its size worked out from the GGML type."""
+    name: str
+    type_name: str            # the GGML format, e.g. 'Q4_1'
+    dims: tuple[int, ...]     # in GGUF's order: the fastest-varying axis first, the reverse of torch's
+    offset: int               # where its bytes start, from the beginning of the file
+    n_elements: int
+    n_bytes: int
+
+
+def _skip_value(buf, pos: int, vtype: int) -> int:
+    """The position just after a metadata value of GGUF type ``vtype`` that starts at ``pos``."""
+    if vtype in _SCALAR_BYTES:
+        return pos + _SCALAR_BYTES[vtype]
+    if vtype == _STRING:                                    # u64 length, then the bytes
+        return pos + 8 + struct.unpack_from("<Q", buf, pos)[0]
+    if vtype == _ARRAY:                                     # u32 element type, u64 count, the elements
+        itype, count = struct.unpack_from("<IQ", buf, pos)
+        pos += 12
+        if itype in _SCALAR_BYTES:
+            return pos + count * _SCALAR_BYTES[itype]
+        if itype == _STRING:                                # e.g. the vocabulary: one length at a time
+            for _ in range(count):
+                pos += 8 + struct.unpack_from("<Q", buf, pos)[0]
+            return pos
+        for _ in range(count):                              # arrays of arrays
+            pos = _skip_value(buf, pos, itype)
+        return pos
+    raise ValueError(f"unknown GGUF value type {vtype} at byte {pos}")
+
+
+def _parse_directory(buf, path: str) -> dict[str, StoredTensor]:
     import gguf
-    return gguf.GGUFReader(path)   # parsing the header (and its vocabulary) takes a few seconds
+    if len(buf) < 24 or bytes(buf[:4]) != b"GGUF":
+        raise ValueError(f"{path} is not a GGUF file (it does not start with the bytes 'GGUF').")
+    version, n_tensors, n_meta = struct.unpack_from("<IQQ", buf, 4)
+    if version & 0xFFFF == 0:
+        raise ValueError(f"{path} is a big-endian GGUF file; only little-endian files are read here.")
+    if version not in _VERSIONS:
+        raise ValueError(f"{path} is GGUF version {version}; we read versions {' and '.join(map(str, _VERSIONS))}.")
+    pos, alignment = 24, _DEFAULT_ALIGNMENT
+    for _ in range(n_meta):
+        klen = struct.unpack_from("<Q", buf, pos)[0]
+        key = bytes(buf[pos + 8:pos + 8 + klen])
+        vtype = struct.unpack_from("<I", buf, pos + 8 + klen)[0]
+        pos += 12 + klen
+        if key == b"general.alignment" and vtype == _UINT32:
+            alignment = struct.unpack_from("<I", buf, pos)[0]
+        pos = _skip_value(buf, pos, vtype)
+    if alignment == 0 or alignment & (alignment - 1):
+        raise ValueError(f"{path}: general.alignment must be a power of two, got {alignment}.")
+    entries = []
+    for _ in range(n_tensors):
+        nlen = struct.unpack_from("<Q", buf, pos)[0]
+        name = bytes(buf[pos + 8:pos + 8 + nlen]).decode("utf-8")
+        pos += 8 + nlen
+        n_dims = struct.unpack_from("<I", buf, pos)[0]
+        dims = struct.unpack_from(f"<{n_dims}Q", buf, pos + 4)
+        raw_type, rel_offset = struct.unpack_from("<IQ", buf, pos + 4 + 8 * n_dims)
+        pos += 4 + 8 * n_dims + 12
+        try:
+            ggml_type = gguf.GGMLQuantizationType(raw_type)
+        except ValueError:
+            raise ValueError(f"{path}: tensor {name} has GGML type {raw_type}, which this gguf package does not "
+                             "know; upgrade the gguf package.") from None
+        entries.append((name, ggml_type, dims, rel_offset))
+    if pos > len(buf):
+        raise ValueError(f"{path} is truncated: its header runs past the end of the file.")
+    data_start = -(-pos // alignment) * alignment            # round up to the alignment
+    directory = {}
+    for name, ggml_type, dims, rel_offset in entries:
+        block, type_bytes = gguf.GGML_QUANT_SIZES[ggml_type]
+        n_elements = math.prod(dims)
+        t = StoredTensor(name, ggml_type.name, tuple(dims), data_start + rel_offset, n_elements,
+                         n_elements * type_bytes // block)
+        if t.offset + t.n_bytes > len(buf):
+            raise ValueError(f"{path} is truncated: tensor {name} would end at byte {t.offset + t.n_bytes:,} "
+                             f"of a {len(buf):,}-byte file.")
+        if name in directory:
+            raise ValueError(f"{path} lists tensor {name} twice.")
+        directory[name] = t
+    return directory
+
+
+@functools.lru_cache(maxsize=2)
+def tensor_directory(path: str) -> dict[str, StoredTensor]:
+    """Every tensor a GGUF file stores, by its GGUF name, in file order (read once per path, then cached)."""
+    with open(path, "rb") as f:
+        try:
+            buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)   # only the pages we touch are read
+        except ValueError:                                               # an empty file cannot be mapped
+            raise ValueError(f"{path} is not a GGUF file (it is empty).") from None
+    with buf:
+        try:
+            return _parse_directory(buf, path)
+        except (struct.error, OverflowError):       # a length or count pointed past the end of the file
+            raise ValueError(f"{path} is truncated or not a GGUF file: its header runs past the end.") from None
+
+
+def read_tensor_bytes(t: StoredTensor, path: str) -> torch.Tensor:
+    """The raw bytes of one stored tensor, as a uint8 tensor of ``t.n_bytes`` (read from the file)."""
+    with open(path, "rb") as f:
+        f.seek(t.offset)
+        data = bytearray(f.read(t.n_bytes))
+    if len(data) != t.n_bytes:
+        raise ValueError(f"{path} is truncated: {t.name} has {len(data)} of its {t.n_bytes} bytes.")
+    return torch.frombuffer(data, dtype=torch.uint8)
 
 
 def bits_per_weight_of(type_name: str) -> float:
@@ -123,12 +255,11 @@ def bits_per_weight_of(type_name: str) -> float:
 def format_table(path: str) -> list[dict]:
     """One row per block format in the file: tensors, weights, bits per weight, bytes (largest first)."""
     rows: dict[str, dict] = {}
-    for t in _reader(path).tensors:
-        name = t.tensor_type.name
-        r = rows.setdefault(name, dict(format=name, tensors=0, weights=0, bytes=0))
+    for t in tensor_directory(path).values():
+        r = rows.setdefault(t.type_name, dict(format=t.type_name, tensors=0, weights=0, bytes=0))
         r["tensors"] += 1
-        r["weights"] += int(t.n_elements)
-        r["bytes"] += int(t.n_bytes)
+        r["weights"] += t.n_elements
+        r["bytes"] += t.n_bytes
     for r in rows.values():
         r["bits / weight"] = bits_per_weight_of(r["format"])
         r["unpacked here"] = r["format"] in UNPACKED
@@ -138,11 +269,11 @@ def format_table(path: str) -> list[dict]:
 def stored_blocks(name: str, path: str):
     """(format name, raw bytes as uint8, (rows, cols)) of one matrix of the file, by its transformers name."""
     target = gguf_name(name)
-    for t in _reader(path).tensors:
-        if t.name == target:
-            rows, cols = int(t.shape[1]), int(t.shape[0])    # GGUF lists the fastest axis first
-            return t.tensor_type.name, torch.from_numpy(t.data.copy()).reshape(-1).view(torch.uint8), (rows, cols)
-    raise ValueError(f"No tensor {target} in {path}: pick a projection matrix the file holds.")
+    t = tensor_directory(path).get(target)
+    if t is None:
+        raise ValueError(f"No tensor {target} in {path}: pick a projection matrix the file holds.")
+    rows, cols = t.dims[1], t.dims[0]                     # GGUF lists the fastest axis first
+    return t.type_name, read_tensor_bytes(t, path), (rows, cols)
 
 
 def _blocks(raw: torch.Tensor, nbytes: int, fmt: str) -> torch.Tensor:

@@ -48,13 +48,14 @@ def absmax_codes(t: torch.Tensor, per: str) -> tuple[torch.Tensor, torch.Tensor]
     """INT8 absmax codes and scales from :func:`helpers.quantization.absmax_quantize`, shaped for a matmul.
 
     ``per``: one scale for the 'tensor', or one per 'row' (a column of scales). Codes come back as
-    float64 so that :func:`integer_matmul` can accumulate them exactly.
+    float32: they are integers from -128 to 127, which float32 holds exactly in half the bytes of float64,
+    and :func:`integer_matmul` multiplies them in float32 anyway. Scales come back as float64.
     """
     if per not in ("tensor", "row"):
         raise ValueError(f"per must be 'tensor' or 'row', got {per!r}.")
     q, scale = absmax_quantize(t, 8, axis=-1 if per == "row" else None)
     scale = scale.double().reshape(-1, 1) if per == "row" else scale.double().reshape(())
-    return q.double(), torch.where(scale > 0, scale, torch.ones_like(scale))   # an all-zero row stays zero
+    return q.float(), torch.where(scale > 0, scale, torch.ones_like(scale))   # an all-zero row stays zero
 
 
 def integer_matmul(qx: torch.Tensor, qw: torch.Tensor) -> torch.Tensor:
@@ -62,9 +63,10 @@ def integer_matmul(qx: torch.Tensor, qw: torch.Tensor) -> torch.Tensor:
 
     Every partial sum of a row is an integer no larger than ``sum|qx_row| * max|qw|``. When that bound is
     below 2**24, float32 represents every partial sum exactly, whatever the summation order, so the fast
-    float32 product is exact; otherwise float64 is used (exact up to 2**53).
+    float32 product is exact; otherwise float64 is used (exact up to 2**53). The bound itself is summed in
+    float64, so it is exact however long the rows are.
     """
-    bound = float(qx.abs().sum(dim=1).max()) * float(qw.abs().max())
+    bound = float(qx.abs().sum(dim=1, dtype=torch.float64).max()) * float(qw.abs().max())
     if bound < 2 ** 24:
         return (qx.float() @ qw.float().T).double()
     return qx.double() @ qw.double().T
@@ -92,10 +94,15 @@ def int8_matmul(x: torch.Tensor, w: torch.Tensor, x_per: str = "tensor", w_per: 
 
 
 def weight_only_matmul(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """Weight-only INT8 (per output channel): activations stay in full precision."""
+    """Weight-only INT8 (per output channel): activations stay in full precision.
+
+    The dequantized weight ``q * scale`` is formed in float32. The scales are float32 numbers (from
+    :func:`helpers.quantization.absmax_quantize`, merely held in float64), and a code has at most 8
+    significant bits, so float32 rounds the exact product once: the same weight float64 would give.
+    """
     _check_matmul(x, w)
     qw, sw = absmax_codes(w, "row")
-    return x.float() @ (qw * sw).float().T
+    return x.float() @ (qw * sw.float()).T
 
 
 def outlier_dimensions(x: torch.Tensor, threshold: float = 6.0) -> torch.Tensor:
@@ -169,30 +176,34 @@ def emulated_linears(model, scheme: str, names: Iterable[str] | None = None,
     """Inside the block, every ``nn.Linear`` (or those in ``names``) computes with ``MATMULS[scheme]``.
 
     ``x_max`` maps linear names to calibration maxima (SmoothQuant); ``options`` go to the scheme.
+    Each layer's ``forward`` is replaced for the duration (an attribute of the instance, deleted on exit,
+    which uncovers the class's own ``forward`` again). A forward hook could replace the output too, but
+    only after the layer had computed its fp32 product for nothing.
     """
     if scheme not in MATMULS:
         raise ValueError(f"scheme must be one of {list(MATMULS)}, got {scheme!r}.")
     fn = MATMULS[scheme]
     wanted = None if names is None else set(names)
 
-    def hook(name):
-        def replace(module, args, output):
-            x = args[0]
-            flat = x.reshape(-1, x.shape[-1])
-            extra = {"x_max": x_max[name]} if x_max is not None and name in x_max else {}
-            y = fn(flat, module.weight.detach(), **options, **extra)
+    def emulated(name, module):
+        extra = {"x_max": x_max[name]} if x_max is not None and name in x_max else {}
+
+        def forward(x):
+            y = fn(x.reshape(-1, x.shape[-1]), module.weight.detach(), **options, **extra)
             if module.bias is not None:
                 y = y + module.bias.detach()
-            return y.reshape(*x.shape[:-1], -1).to(output.dtype)
-        return replace
+            return y.reshape(*x.shape[:-1], -1).to(x.dtype)     # nn.Linear's output has its input's dtype
+        return forward
 
-    hooks = [m.register_forward_hook(hook(n)) for n, m in model.named_modules()
-             if isinstance(m, torch.nn.Linear) and (wanted is None or n in wanted)]
+    linears = [(n, m) for n, m in model.named_modules()
+               if isinstance(m, torch.nn.Linear) and (wanted is None or n in wanted)]
     try:
-        yield len(hooks)
+        for n, m in linears:
+            m.forward = emulated(n, m)
+        yield len(linears)
     finally:
-        for h in hooks:
-            h.remove()
+        for n, m in linears:
+            m.__dict__.pop("forward", None)
 
 
 def quantize_linears_dynamic(model, names: Iterable[str], inplace: bool = False):
@@ -209,7 +220,12 @@ def quantize_linears_dynamic(model, names: Iterable[str], inplace: bool = False)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # torch.ao.quantization announces its move to torchao
         from torch.ao.quantization import default_dynamic_qconfig, quantize_dynamic
-        target = model if inplace else copy.deepcopy(model)
+        # the named layers are about to be replaced: the copy starts out sharing their fp32 weights with
+        # ``model`` (read, never written) instead of copying them only to throw them away. A weight that
+        # other layers use too (an output head tied to the embedding) is copied as usual.
+        elsewhere = {id(p) for n, m in model.named_modules() if n not in names for p in m.parameters(recurse=False)}
+        shared = {id(p): p for n in names for p in model.get_submodule(n).parameters() if id(p) not in elsewhere}
+        target = model if inplace else copy.deepcopy(model, memo=shared)
         return quantize_dynamic(target, {n: default_dynamic_qconfig for n in names}, dtype=torch.qint8,
                                 inplace=True)
 

@@ -65,7 +65,7 @@ def residual_stream(model, ids: torch.Tensor) -> torch.Tensor:
     hooks = [layers[0].register_forward_pre_hook(grab_input, with_kwargs=True)]
     hooks += [layer.register_forward_hook(grab_output) for layer in layers]
     try:
-        model(ids, use_cache=False)
+        model(ids, use_cache=False, logits_to_keep=1)       # nobody reads the logits: compute one position's
     finally:
         for h in hooks:
             h.remove()
@@ -74,20 +74,29 @@ def residual_stream(model, ids: torch.Tensor) -> torch.Tensor:
 
 @torch.inference_mode()
 def linear_inputs(model, ids: torch.Tensor, names: Iterable[str] | None = None) -> dict[str, torch.Tensor]:
-    """What every ``nn.Linear`` (or those in ``names``) receives for one sequence: {name: (tokens, in_features)}."""
+    """What every ``nn.Linear`` (or those in ``names``) receives for one sequence: {name: (tokens, in_features)}.
+
+    Unless the output head is one of them, the model computes the logits of the last position only:
+    the head's input is the one capture that would change, and nothing else reads the logits.
+    """
     _check_ids(ids)
     wanted = None if names is None else set(names)
     captured: dict[str, torch.Tensor] = {}
-    hooks = []
+    hooks, hooked = [], []
     for name, mod in model.named_modules():
         if isinstance(mod, torch.nn.Linear) and (wanted is None or name in wanted):
+            hooked.append(mod)
             hooks.append(mod.register_forward_hook(
                 lambda m, a, o, name=name: captured.__setitem__(name, a[0].detach()[0].clone())))
     if wanted is not None and len(hooks) != len(wanted):
+        for h in hooks:
+            h.remove()
         raise ValueError("Some requested names are not nn.Linear modules of this model; list them with "
                          "[n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)].")
+    head = model.get_output_embeddings()
+    keep = {} if any(m is head for m in hooked) else {"logits_to_keep": 1}
     try:
-        model(ids, use_cache=False)
+        model(ids, use_cache=False, **keep)
     finally:
         for h in hooks:
             h.remove()
@@ -108,7 +117,7 @@ def attention_to_first_token(model, ids: torch.Tensor) -> torch.Tensor:
     before = model.config._attn_implementation
     model.set_attn_implementation("eager")
     try:
-        att = model(ids, output_attentions=True, use_cache=False).attentions
+        att = model(ids, output_attentions=True, use_cache=False, logits_to_keep=1).attentions   # logits unused
     finally:
         model.set_attn_implementation(before)
     return torch.stack([a[0, :, 1:, 0].mean() for a in att])
