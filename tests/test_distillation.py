@@ -126,3 +126,23 @@ def test_bad_input_gets_one_sentence(tiny_llama):
         with pytest.raises(ValueError) as e:
             bad()
         assert "\n" not in str(e.value) and str(e.value).endswith(".")
+
+
+def test_a_held_reference_gives_exactly_what_evaluate_computes_from_the_teachers_logits():
+    g = torch.Generator().manual_seed(4)
+    teacher, ids = torch.randn(3, 9, 50, generator=g) * 4, torch.randint(0, 50, (3, 9), generator=g)
+    ref = D.held_reference(teacher, ids)
+    for _ in range(3):
+        student = torch.randn(3, 9, 50, generator=g) * 3
+        by_hand = D.HeldOut(
+            float((torch.softmax(teacher, -1) * (torch.log_softmax(teacher, -1) - torch.log_softmax(student, -1)))
+                  .sum(-1).mean()),
+            math.exp(float(D.hard_loss(student, ids))),
+            float((student.argmax(-1) == teacher.argmax(-1)).float().mean()))
+        got = D.evaluate(student, ref)
+        assert got == D.evaluate(student, teacher, ids) == D.evaluate(student, ref, ids)   # bit for bit
+        assert got.perplexity == by_hand.perplexity and got.agreement == by_hand.agreement
+        assert got.kl == pytest.approx(by_hand.kl, rel=1e-6)
+    assert ref.perplexity == D.evaluate(teacher, teacher, ids).perplexity
+    with pytest.raises(ValueError, match="ids differ"):
+        D.evaluate(student, ref, ids.flip(0))

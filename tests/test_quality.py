@@ -286,3 +286,47 @@ def test_building_a_kernel_copy_leaves_the_model_as_it_was(tiny_llama):
         assert all(torch.equal(p, before[n]) for n, p in tiny_llama.named_parameters())
         assert torch.equal(tiny_llama(ids).logits, ref)
         assert isinstance(tiny_llama.model.layers[0].mlp.down_proj, torch.nn.Linear)
+
+
+def test_applied_with_the_callers_originals_equals_applied_without_them(tiny_llama):
+    W = Q.projection_weights(tiny_llama)
+    originals = {n: w.clone() for n, w in W.items()}
+    ids = torch.randint(0, 97, (1, 20), generator=torch.Generator().manual_seed(5))
+    for scheme in (Q.Scheme("int4 per-row", "absmax", 4, axis=-1), Q.Scheme("NF4", "nf4", 4, group_size=64)):
+        with QL.applied(tiny_llama, scheme):
+            plain = tiny_llama(ids).logits
+        with QL.applied(tiny_llama, scheme, originals=originals):
+            assert all(torch.equal(W[n], scheme.fake_quantize(w)) for n, w in originals.items())
+            assert torch.equal(tiny_llama(ids).logits, plain)
+        assert all(torch.equal(W[n], w) for n, w in originals.items())
+    with QL.applied(tiny_llama, None, originals=originals):      # the reference: nothing changes
+        assert all(torch.equal(W[n], w) for n, w in originals.items())
+
+
+def test_applied_with_originals_still_notices_a_restore_that_is_not_exact(tiny_llama):
+    originals = {n: w.clone() for n, w in Q.projection_weights(tiny_llama).items()}
+    layer = tiny_llama.model.layers[0].self_attn.q_proj
+    kept = layer.weight
+    try:
+        with pytest.raises(AssertionError, match="not exact"):
+            with QL.applied(tiny_llama, Q.Scheme("int8", "absmax", 8), originals=originals):
+                layer.weight = torch.nn.Parameter(kept.detach().clone())   # a new tensor the restore cannot reach
+    finally:
+        layer.weight = kept                      # leave the shared fixture as it was
+    assert all(torch.equal(Q.projection_weights(tiny_llama)[n], w) for n, w in originals.items())
+
+
+def test_perplexity_from_logits_is_perplexity_without_its_forward_pass(tiny_llama):
+    ids = torch.randint(0, 97, (1, 50), generator=torch.Generator().manual_seed(6))
+    with torch.no_grad():
+        logits = tiny_llama(ids, use_cache=False).logits
+    p = QL.perplexity(tiny_llama, ids, 120)
+    assert QL.perplexity_from_logits(logits, ids, 120, p.hf_loss) == p
+    q = QL.perplexity_from_logits(logits, ids, 120)
+    assert math.isnan(q.hf_loss) and (q.nll, q.nll_se, q.bits_per_byte) == (p.nll, p.nll_se, p.bits_per_byte)
+    with pytest.raises(ValueError, match="logits of these ids"):
+        QL.perplexity_from_logits(logits[:, :-1], ids, 120)
+    with pytest.raises(ValueError, match="at least 2"):
+        QL.perplexity_from_logits(logits[:, :1], ids[:, :1], 120)
+    with pytest.raises(ValueError, match="n_bytes"):
+        QL.perplexity_from_logits(logits, ids, 0)

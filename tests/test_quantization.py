@@ -367,3 +367,41 @@ def test_projection_weights_and_quantized_projections_restore_exactly():
         with Q.quantized_projections(model, scheme):
             raise RuntimeError("boom")
     assert all(torch.equal(w, before[n]) for n, w in W.items())
+
+
+def test_quantized_projections_from_given_originals_quantizes_them_and_restores_them_bit_for_bit():
+    model = tiny_llama()
+    W = Q.projection_weights(model)
+    originals = {n: w.clone() for n, w in W.items()}
+    scheme = Q.Scheme("int4 group-32", "absmax", 4, group_size=32)
+    with torch.no_grad():
+        with Q.quantized_projections(model, scheme) as m:          # the copying path, for comparison
+            cloned = {n: w.clone() for n, w in Q.projection_weights(m).items()}
+        for _ in range(2):                                          # reusable: nothing of it is consumed
+            with Q.quantized_projections(model, scheme, originals=originals):
+                for n, w in W.items():
+                    assert torch.equal(w, cloned[n]) and torch.equal(w, scheme.fake_quantize(originals[n]))
+                    assert not torch.equal(w, originals[n])
+            assert all(torch.equal(w, originals[n]) for n, w in W.items())
+        with pytest.raises(RuntimeError):                           # restored when the block raises, too
+            with Q.quantized_projections(model, scheme, originals=originals):
+                raise RuntimeError("boom")
+        assert all(torch.equal(w, originals[n]) for n, w in W.items())
+        assert all(o.data_ptr() != w.data_ptr() for o, w in zip(originals.values(), W.values()))
+
+
+def test_quantized_projections_refuses_originals_that_are_not_separate_copies_of_its_weights():
+    model = tiny_llama()
+    W = Q.projection_weights(model)
+    scheme = Q.Scheme("int8", "absmax", 8)
+    originals = {n: w.clone() for n, w in W.items()}
+    first = next(iter(W))
+    bad_sets = [({n: w for n, w in originals.items() if n != first}, "exactly the model's projection"),
+                ({**originals, first: originals[first].reshape(-1).clone()}, "pass copies"),
+                ({**originals, first: originals[first].double()}, "pass copies"),
+                (dict(W), "not a copy")]
+    for bad, match in bad_sets:
+        with pytest.raises(ValueError, match=match):
+            with Q.quantized_projections(model, scheme, originals=bad):
+                pass
+        assert all(torch.equal(w, originals[n]) for n, w in W.items())     # refused before touching anything

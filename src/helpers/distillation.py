@@ -14,7 +14,8 @@
   is KL(teacher/T || student/T) x T² on them (Hinton et al. 2015), :func:`hard_loss` the ordinary
   next-token cross-entropy it is compared with.
 * :func:`train` runs either loss for a fixed number of seeded, deterministic steps with a progress bar;
-  :func:`evaluate` reports held-out KL, perplexity and top-1 agreement with the teacher.
+  :func:`evaluate` reports held-out KL, perplexity and top-1 agreement with the teacher (the teacher's side
+  computed once by :func:`held_reference` when many students are scored on the same text).
 """
 from __future__ import annotations
 
@@ -254,13 +255,40 @@ class HeldOut:
     agreement: float     # fraction of positions where the student's top token is the teacher's
 
 
-@torch.no_grad()
-def evaluate(student_logits: torch.Tensor, teacher_logits: torch.Tensor, ids: torch.Tensor) -> HeldOut:
-    """Held-out KL to the teacher, perplexity on the text, and top-1 agreement with the teacher."""
-    log_q = torch.log_softmax(student_logits.float(), -1)
-    log_p = torch.log_softmax(teacher_logits.float(), -1)
-    kl = float((log_p.exp() * (log_p - log_q)).sum(-1).mean())
-    ppl = math.exp(float(hard_loss(student_logits, ids)))
-    agree = float((student_logits.argmax(-1) == teacher_logits.argmax(-1)).float().mean())
-    return HeldOut(kl, ppl, agree)
+@dataclass(frozen=True)
+class HeldReference:
+    """What :func:`evaluate` needs from the teacher on a held-out text, computed once (:func:`held_reference`)."""
+    log_p: torch.Tensor      # (rows, tokens, vocab) the teacher's log-probabilities, fp32
+    p: torch.Tensor          # their exponential
+    top: torch.Tensor        # (rows, tokens) the teacher's top token
+    ids: torch.Tensor        # (rows, tokens) the text
+    perplexity: float        # the teacher's own perplexity on the text
 
+
+@torch.no_grad()
+def held_reference(teacher_logits: torch.Tensor, ids: torch.Tensor) -> HeldReference:
+    """The teacher's side of :func:`evaluate`, once for every student scored on the same text."""
+    log_p = torch.log_softmax(teacher_logits.float(), -1)
+    return HeldReference(log_p, log_p.exp(), teacher_logits.argmax(-1), ids, _perplexity(log_p, ids))
+
+
+def _perplexity(log_q: torch.Tensor, ids: torch.Tensor) -> float:
+    """exp(:func:`hard_loss`) from log-probabilities already computed: cross-entropy is NLL of the log-softmax."""
+    return math.exp(float(F.nll_loss(log_q[:, :-1].flatten(0, 1), ids[:, 1:].flatten())))
+
+
+@torch.no_grad()
+def evaluate(student_logits: torch.Tensor, teacher: torch.Tensor | HeldReference,
+             ids: torch.Tensor | None = None) -> HeldOut:
+    """Held-out KL to the teacher, perplexity on the text, and top-1 agreement with the teacher.
+
+    ``teacher`` is the teacher's logits on ``ids``, or its :func:`held_reference` (which holds the ids), computed
+    once when several students are scored on the same text.
+    """
+    ref = teacher if isinstance(teacher, HeldReference) else held_reference(teacher, ids)
+    if ids is not None and ids is not ref.ids and not torch.equal(ids, ref.ids):
+        raise ValueError("ids differ from the text the held reference was computed on.")
+    log_q = torch.log_softmax(student_logits.float(), -1)
+    kl = float((ref.p * (ref.log_p - log_q)).sum(-1).mean())
+    agree = float((student_logits.argmax(-1) == ref.top).float().mean())
+    return HeldOut(kl, _perplexity(log_q, ref.ids), agree)

@@ -2,7 +2,8 @@
 
 * :func:`applied`: quantize every projection matrix in place with one of :mod:`helpers.quantization`'s
   schemes, and restore the weights exactly (checked with ``torch.equal``) on exit;
-* :func:`perplexity`: NLL per token, perplexity and bits per byte on a fixed span of text, one forward pass;
+* :func:`perplexity`: NLL per token, perplexity and bits per byte on a fixed span of text, one forward pass
+  (:func:`perplexity_from_logits`: the same from logits already computed);
 * the battery of sixteen short factual questions is :mod:`helpers.battery`; the padded batches it shares
   with the agreement measurement (:func:`left_padded`, :func:`prefix_padded`) are here;
 * :func:`reference_positions` and :func:`agreement`: the fraction of positions where a quantized model's greedy
@@ -74,17 +75,20 @@ def same_weights(a: Q.Scheme | None, b: Q.Scheme | None) -> bool:
 
 
 @contextlib.contextmanager
-def applied(model: torch.nn.Module, scheme: Q.Scheme | None) -> Iterator[torch.nn.Module]:
+def applied(model: torch.nn.Module, scheme: Q.Scheme | None,
+            originals: dict[str, torch.Tensor] | None = None) -> Iterator[torch.nn.Module]:
     """Inside the block the model computes with ``scheme``'s weights; on exit the originals are back, bit for bit.
 
     ``scheme=None`` is the reference (nothing changes). Uses :func:`helpers.quantization.quantized_projections`
-    and checks the restore with ``torch.equal`` on every matrix.
+    and checks the restore with ``torch.equal`` on every matrix. ``originals``: copies of the projection weights
+    the caller already holds (``{n: w.clone() for n, w in Q.projection_weights(model).items()}``), used instead
+    of a fresh copy per call: quantized from, restored from, and compared with.
     """
     if scheme is None:
         yield model
         return
-    before = {n: w.clone() for n, w in Q.projection_weights(model).items()}
-    with Q.quantized_projections(model, scheme):
+    before = originals if originals is not None else {n: w.clone() for n, w in Q.projection_weights(model).items()}
+    with Q.quantized_projections(model, scheme, originals):
         yield model
     after = Q.projection_weights(model)
     assert all(torch.equal(after[n], w) for n, w in before.items()), "restoring the weights was not exact"
@@ -126,16 +130,31 @@ def perplexity(model: torch.nn.Module, ids: torch.Tensor, n_bytes: int, cross_ch
     ``cross_check`` the same pass also asks transformers for its own loss (``labels=ids``), kept in ``hf_loss``;
     without it ``hf_loss`` is NaN and the pass skips that second reduction over the vocabulary.
     """
+    _check_span(ids, n_bytes)
+    out = model(ids, labels=ids, use_cache=False) if cross_check else model(ids, use_cache=False)
+    return perplexity_from_logits(out.logits, ids, n_bytes, float(out.loss) if cross_check else math.nan)
+
+
+def perplexity_from_logits(logits: torch.Tensor, ids: torch.Tensor, n_bytes: int,
+                           hf_loss: float = math.nan) -> Perplexity:
+    """:func:`perplexity` from logits (1, T, vocab) the caller already computed over ``ids``: no forward pass.
+
+    ``hf_loss`` is passed through (NaN: no cross-check).
+    """
+    _check_span(ids, n_bytes)
+    if logits.ndim != 3 or logits.shape[:2] != ids.shape:
+        raise ValueError(f"Pass the logits of these ids, shaped (1, {ids.shape[1]}, vocab), got {tuple(logits.shape)}.")
+    per_token = token_nlls(logits, ids)
+    nll, t = float(per_token.mean()), per_token.numel()
+    se = float(per_token.std() / math.sqrt(t)) if t > 1 else 0.0
+    return Perplexity(nll, math.exp(nll), nll * t / math.log(2) / n_bytes, t, n_bytes, hf_loss, se)
+
+
+def _check_span(ids: torch.Tensor, n_bytes: int) -> None:
     if ids.ndim != 2 or ids.shape[0] != 1 or ids.shape[1] < 2:
         raise ValueError(f"Pass one span of at least 2 token ids shaped (1, T), got {tuple(ids.shape)}.")
     if n_bytes < 1:
         raise ValueError(f"n_bytes must be the positive byte length of the predicted text, got {n_bytes}.")
-    out = model(ids, labels=ids, use_cache=False) if cross_check else model(ids, use_cache=False)
-    per_token = token_nlls(out.logits, ids)
-    nll, t = float(per_token.mean()), per_token.numel()
-    se = float(per_token.std() / math.sqrt(t)) if t > 1 else 0.0
-    hf_loss = float(out.loss) if cross_check else math.nan
-    return Perplexity(nll, math.exp(nll), nll * t / math.log(2) / n_bytes, t, n_bytes, hf_loss, se)
 
 
 # --------------------------------------------------------------------------- padded batches

@@ -321,17 +321,44 @@ def outlier_stats(w: torch.Tensor, sigmas: float = 6.0) -> dict:
 
 
 @contextlib.contextmanager
-def quantized_projections(model: torch.nn.Module, scheme: Scheme) -> Iterator[torch.nn.Module]:
-    """Inside the ``with`` block every projection matrix holds its fake-quantized weights; restored on exit."""
+def quantized_projections(model: torch.nn.Module, scheme: Scheme,
+                          originals: dict[str, torch.Tensor] | None = None) -> Iterator[torch.nn.Module]:
+    """Inside the ``with`` block every projection matrix holds its fake-quantized weights; restored on exit.
+
+    ``originals``: copies of the model's projection weights as they are now (the same names and shapes as
+    :func:`projection_weights`, e.g. ``{n: w.clone() for n, w in projection_weights(model).items()}``), kept by
+    the caller across many schemes. Each matrix is then quantized from its original and restored from it, and
+    nothing is cloned. They must equal the model's weights on entry: names, shapes and dtypes are checked, the
+    values are not (that would read every weight twice per call; :func:`helpers.quality.applied` checks the
+    restore, so in a loop of ``applied`` blocks each entry is the previous exit, already compared).
+    """
     weights = projection_weights(model)
+    if originals is not None:
+        _check_originals(weights, originals)
     saved = {}
     try:
         with torch.no_grad():
             for name, w in weights.items():
-                saved[name] = w.clone()
-                w.copy_(scheme.fake_quantize(w).to(w.dtype))
+                saved[name] = w.clone() if originals is None else originals[name]
+                w.copy_(scheme.fake_quantize(saved[name]).to(w.dtype))
         yield model
     finally:
         with torch.no_grad():
             for name, w in saved.items():
                 weights[name].copy_(w)
+
+
+def _check_originals(weights: dict[str, torch.Tensor], originals: dict[str, torch.Tensor]) -> None:
+    """One sentence when ``originals`` are not separate copies of every projection matrix (same shape and dtype)."""
+    if set(originals) != set(weights):
+        missing = sorted(set(weights) - set(originals)) or sorted(set(originals) - set(weights))
+        raise ValueError(f"originals must hold exactly the model's projection weights; {missing[0]} differs: "
+                         f"build them from projection_weights(model).")
+    for name, w in weights.items():
+        o = originals[name]
+        if o.shape != w.shape or o.dtype != w.dtype:
+            raise ValueError(f"originals[{name!r}] is {tuple(o.shape)} {o.dtype}, the model's weight "
+                             f"{tuple(w.shape)} {w.dtype}: pass copies of the model's own weights.")
+        if o.untyped_storage().data_ptr() == w.untyped_storage().data_ptr():
+            raise ValueError(f"originals[{name!r}] is the model's own weight, not a copy: quantizing in place "
+                             f"would overwrite it; pass w.clone().")
