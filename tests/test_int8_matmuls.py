@@ -5,6 +5,8 @@ The codes used to be float64 (8 bytes per weight), weight-only dequantized in fl
 product. The references below are those earlier implementations, kept verbatim; the helpers must agree
 with them bit for bit (``torch.equal``), not merely closely.
 """
+import copy
+
 import pytest
 import torch
 
@@ -114,12 +116,10 @@ def test_integer_matmul_takes_both_paths_on_float32_codes():
 
 
 @pytest.fixture(scope="module")
-def tiny():
-    from transformers import LlamaConfig, LlamaForCausalLM
+def tiny(tiny_llama):
+    """A copy of the shared tiny Llama (conftest), with one loud down_proj input channel, and 12 token ids."""
+    model = copy.deepcopy(tiny_llama)
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
-    model = LlamaForCausalLM(cfg).eval()
     with torch.no_grad():
         model.model.layers[0].mlp.down_proj.weight[:, 7] *= 30      # give the activations something to do
     return model, torch.randint(0, 97, (1, 12))

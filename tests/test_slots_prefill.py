@@ -4,31 +4,11 @@ import time
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
 
 from helpers import kv_cache as kc
 from helpers import slots as sl
 from helpers import solo as so
-
-
-@pytest.fixture(scope="module")
-def tiny():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)
-    yield LlamaForCausalLM(cfg).eval()
-    torch.set_num_threads(threads)
-
-
-@pytest.fixture(scope="module")
-def ragged():
-    g = torch.Generator().manual_seed(1)
-    sizes = [7, 1, 15, 3, 11, 2, 19, 5, 9, 4]
-    prompts = [torch.randint(0, 256, (1, p), generator=g) for p in sizes]
-    lengths = [6, 1, 14, 3, 9, 20, 2, 1, 12, 5]
-    return prompts, lengths
+from test_batching import ragged, tiny  # noqa: F401  (the same tiny model and ragged workload as the batching tests)
 
 
 @pytest.fixture
