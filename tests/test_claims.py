@@ -65,3 +65,41 @@ def test_bad_input_gets_one_sentence(asserting, monkeypatch):
     monkeypatch.setenv(claims.CLAIMS_ENV, "maybe")
     with pytest.raises(ValueError, match="must be 'assert' or 'report'"):
         claims.strict()
+
+
+def growth_checks(r):
+    return {"grows": (r > 1.2, "it grows", f"{r:.1f}x"), "finite": (r < 9, "it stays finite", f"{r:.1f}")}
+
+
+def test_measure_checked_measures_afresh_shows_the_failed_run_and_returns_the_last(asserting, monkeypatch):
+    shown = []
+    monkeypatch.setattr("helpers.controls.say", shown.append)
+    measure, calls = runs_of(1.1, 1.4, 1.5)
+    result, checks = claims.measure_checked(measure, growth_checks)
+    assert (result, len(calls)) == (1.4, 2)
+    assert checks == growth_checks(1.4) and claims.claim(*checks["grows"])
+    assert len(shown) == 1 and "it grows (1.1x)" in shown[0] and "stays finite" not in shown[0]
+
+
+def test_measure_checked_keeps_a_run_where_every_check_holds(asserting, monkeypatch):
+    shown = []
+    monkeypatch.setattr("helpers.controls.say", shown.append)
+    measure, calls = runs_of(1.4, 1.5)
+    assert claims.measure_checked(measure, growth_checks) == (1.4, growth_checks(1.4))
+    assert (len(calls), shown) == (1, [])
+
+
+def test_measure_checked_hands_a_repeated_failure_to_claim(asserting, monkeypatch):
+    monkeypatch.setattr("helpers.controls.say", lambda m: None)
+    measure, calls = runs_of(1.0, 1.1, 1.5)
+    result, checks = claims.measure_checked(measure, growth_checks)
+    assert (result, len(calls)) == (1.1, 2)
+    with pytest.raises(AssertionError, match=r"it grows \(1.1x\)"):
+        claims.claim(*checks["grows"])
+
+
+def test_measure_checked_measures_once_where_claims_are_reported(reporting, monkeypatch):
+    monkeypatch.setattr("helpers.controls.say", lambda m: None)
+    measure, calls = runs_of(1.0, 1.5)
+    result, checks = claims.measure_checked(measure, growth_checks)
+    assert (result, len(calls), checks["grows"][0]) == (1.0, 1, False)

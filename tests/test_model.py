@@ -49,3 +49,25 @@ def test_embedded_model_loads_from_cache_and_answers(tmp_path_factory):
     assert "Paris" in out
     model, tok = lm                         # unpacks like a tuple
     assert model is lm.model and tok is lm.tokenizer and next(model.parameters()).dtype == torch.float32
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_the_cached_copy_stores_a_tied_head_once_under_the_embedding_and_loads_back_exactly(tmp_path, tied):
+    import torch
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+    from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=97, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, head_dim=16, tie_word_embeddings=tied)
+    model = LlamaForCausalLM(cfg).eval()
+    state = M._state_without_tied_copies(model)
+    assert ("lm_head.weight" in state) is not tied and "model.embed_tokens.weight" in state
+    cfg.save_pretrained(tmp_path)
+    save_file(state, str(tmp_path / "model.safetensors"), metadata={"format": "pt"})
+    with safe_open(str(tmp_path / "model.safetensors"), "pt") as f:
+        assert sorted(f.keys()) == sorted(state)
+    back = AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.float32)
+    assert back.state_dict().keys() == model.state_dict().keys()
+    assert all(torch.equal(a, b) for a, b in zip(back.state_dict().values(), model.state_dict().values()))
+    assert (back.lm_head.weight is back.model.embed_tokens.weight) is tied

@@ -75,6 +75,10 @@ def test_agreement_from_precomputed_logprobs_equals_agreement_from_the_model(tin
             w.copy_(Q.Scheme("x", "absmax", 4).fake_quantize(w))
     a2 = QL.agreement(tiny_llama, quantized, pos)
     assert a1 == a2 and a1.mean_kl > 0
+    with QL.applied(tiny_llama, Q.Scheme("int4 per-tensor", "absmax", 4)):
+        test = QL.next_token_logprobs(tiny_llama, pos)
+    assert QL.agreement(ref, test, pos) == a1                       # both sides as log-probs: no pass at all
+    assert QL.agreement(ref, ref, pos) == QL.agreement(tiny_llama, tiny_llama, pos)
 
 
 def test_only_full_attention_models_share_an_opening(tiny_llama, second_model_dir):
@@ -330,3 +334,11 @@ def test_perplexity_from_logits_is_perplexity_without_its_forward_pass(tiny_llam
         QL.perplexity_from_logits(logits[:, :1], ids[:, :1], 120)
     with pytest.raises(ValueError, match="n_bytes"):
         QL.perplexity_from_logits(logits, ids, 0)
+
+
+def test_token_nlls_in_row_chunks_are_bit_for_bit_the_whole_log_sum_exp():
+    g = torch.Generator().manual_seed(1)
+    logits, ids = torch.randn(1, 300, 1000, generator=g) * 4, torch.randint(0, 1000, (1, 300), generator=g)
+    z = logits[0, :-1]
+    whole = torch.logsumexp(z, dim=-1) - z.gather(1, ids[0, 1:, None])[:, 0]
+    assert torch.equal(QL.token_nlls(logits, ids), whole)

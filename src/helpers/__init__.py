@@ -28,8 +28,9 @@ One module per idea of the chapter:
 * :mod:`helpers.notebook_client` (infrastructure) keeps notebook execution from stalling on a lost ZeroMQ wake-up
 """
 from . import plotting  # noqa: F401  (registers the template and renderer)
-from .claims import claim, measure_until
+from .claims import claim, measure_checked, measure_until
 from .controls import is_static, live, say
 from .model import ModelNotAvailable, load_model
 
-__all__ = ["load_model", "ModelNotAvailable", "live", "say", "is_static", "plotting", "claim", "measure_until"]
+__all__ = ["load_model", "ModelNotAvailable", "live", "say", "is_static", "plotting", "claim", "measure_checked",
+           "measure_until"]

@@ -116,10 +116,12 @@ def token_nlls(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     """NLL (nats) of each of ids[1:] under the logits of ids[:-1]: position t predicts token t + 1.
 
     ``-log softmax(z)[y] = logsumexp(z) - z[y]``: the same number as ``log_softmax`` then ``gather``, without
-    writing out a log-probability for every token of the vocabulary at every position.
+    writing out a log-probability for every token of the vocabulary at every position. The log-sum-exp runs over
+    a few rows at a time (the same numbers, bit for bit): rows still in the processor's cache are read faster.
     """
     z = logits[0, :-1].float()
-    return torch.logsumexp(z, dim=-1) - z.gather(1, ids[0, 1:, None]).squeeze(1)
+    lse = torch.cat([torch.logsumexp(rows, dim=-1) for rows in z.split(128)])
+    return lse - z.gather(1, ids[0, 1:, None]).squeeze(1)
 
 
 @torch.inference_mode()
@@ -336,7 +338,8 @@ def agreement(reference, test_model, positions: Positions) -> Agreement:
     """How often ``test_model``'s greedy next token equals the reference's, given the identical prefix.
 
     ``reference`` is the reference model, or its :func:`next_token_logprobs` computed beforehand: pass the
-    log-probs when the test model is the reference quantized *in place* (``with applied(model, scheme)``), e.g.::
+    log-probs when the test model is the reference quantized *in place* (``with applied(model, scheme)``).
+    ``test_model`` may be log-probs too (the reference against itself needs no second pass), e.g.::
 
         pos = reference_positions(model, tok)          # the reference's own greedy text, 144 positions
         ref = next_token_logprobs(model, pos)
@@ -344,7 +347,7 @@ def agreement(reference, test_model, positions: Positions) -> Agreement:
             alpha = agreement(ref, model, pos).rate
     """
     ref = reference if isinstance(reference, torch.Tensor) else next_token_logprobs(reference, positions)
-    test = next_token_logprobs(test_model, positions)
+    test = test_model if isinstance(test_model, torch.Tensor) else next_token_logprobs(test_model, positions)
     if ref.shape != test.shape:
         raise ValueError(f"Reference log-probs {tuple(ref.shape)} do not match these positions {tuple(test.shape)}: "
                          f"compute them with next_token_logprobs on the same positions.")
