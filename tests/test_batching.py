@@ -324,3 +324,15 @@ def test_off_greedy_finds_every_token_the_model_alone_would_not_pick_and_by_how_
         hook.remove()
     assert calls == [] and again == so.off_greedy(tiny, prompts, starts)
     assert again[0][:2] == (i, k)
+
+
+def test_around_the_knee_reports_the_gain_and_cost_per_doubling_on_either_side():
+    batches = [1, 2, 4, 8, 16]
+    steps = [1.0, 1.0, 1.0, 3.0, 9.0]          # free up to 4, then the step triples: knee at 4 (index 2)
+    at = bt.around_the_knee(batches, steps)
+    assert (at.batch, at.index) == (4, 2) and at.batch == bt.find_knee(batches, steps)
+    assert at.gain_below == pytest.approx(2.0) and at.latency_below == pytest.approx(1.0)
+    assert at.gain_above == pytest.approx((16 / 9 / 4) ** 0.5) and at.latency_above == pytest.approx(3.0)
+    assert at.gain_above < at.gain_below and at.latency_above > at.latency_below
+    flat = bt.around_the_knee([1, 2], [1.0, 1.0])                 # never reaches the knee: the last batch
+    assert (flat.batch, flat.gain_below, flat.gain_above) == (2, 2.0, 1.0)

@@ -71,3 +71,14 @@ def test_the_cached_copy_stores_a_tied_head_once_under_the_embedding_and_loads_b
     assert back.state_dict().keys() == model.state_dict().keys()
     assert all(torch.equal(a, b) for a, b in zip(back.state_dict().values(), model.state_dict().values()))
     assert (back.lm_head.weight is back.model.embed_tokens.weight) is tied
+
+
+def test_a_new_cache_layout_removes_only_the_same_files_older_copies(tmp_path):
+    key = "model.Q4_1-0123456789abcdef-"
+    target = tmp_path / (key + M.CACHE_LAYOUT)
+    other = "other.Q8_0-fedcba9876543210-fp32"
+    for name in (key + "fp32", key + M.CACHE_LAYOUT, key + M.CACHE_LAYOUT + ".tmp123", other):
+        (tmp_path / name).mkdir()
+    M._remove_older_layouts(key, target)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [key + M.CACHE_LAYOUT, key + M.CACHE_LAYOUT + ".tmp123", other])

@@ -4,7 +4,8 @@ Decode is memory-bound: one step streams every weight once to produce one token.
 Put several requests in the same step and that one read serves them all.
 :func:`decode_step_sweep` times one decode step at several batch sizes,
 :func:`find_knee` finds, from the data, where adding requests stops being
-nearly free, and :func:`step_cost_from_sweep` turns the sweep into the step
+nearly free (:func:`around_the_knee` adds what each doubling bought on either
+side), and :func:`step_cost_from_sweep` turns the sweep into the step
 cost that the scheduling simulator (:mod:`helpers.scheduling`) uses. The real
 slot engine that serves requests is :mod:`helpers.slots`.
 """
@@ -118,6 +119,27 @@ def find_knee(batches: Sequence[int], step_seconds: Sequence[float], factor: flo
         if s[i] > factor * s[0]:
             return b[i - 1]
     return b[-1]
+
+
+@dataclass(frozen=True)
+class Knee:
+    batch: int               # :func:`find_knee`'s answer
+    index: int               # its position in the sweep
+    gain_below: float        # throughput gain per doubling of the batch, on average up to the knee (2 = free)
+    gain_above: float        # ... and from the knee to the largest batch
+    latency_below: float     # latency growth per doubling, the same two ways
+    latency_above: float
+
+
+def around_the_knee(batches: Sequence[int], step_seconds: Sequence[float], factor: float = 2.0) -> Knee:
+    """The knee of a sweep over doubling batch sizes, and what each doubling bought and cost on either side of it."""
+    knee = find_knee(batches, step_seconds, factor)
+    b, s = list(batches), [float(x) for x in step_seconds]
+    k, last = b.index(knee), len(b) - 1
+    thr = [n / t for n, t in zip(b, s)]
+    below, above = 1 / max(k, 1), 1 / max(last - k, 1)          # per doubling: batches double at every point
+    return Knee(knee, k, (thr[k] / thr[0]) ** below, (thr[-1] / thr[k]) ** above,
+                (s[k] / s[0]) ** below, (s[-1] / s[k]) ** above)
 
 
 def step_cost_from_sweep(batches: Sequence[int], step_seconds: Sequence[float]) -> Callable[[int], float]:

@@ -133,6 +133,14 @@ def _state_without_tied_copies(model: torch.nn.Module) -> dict[str, torch.Tensor
     return state
 
 
+def _remove_older_layouts(key: str, target: Path) -> None:
+    """Delete this file's cached copies in an older layout (each is as big as the model); never one being written."""
+    import shutil
+    for old in target.parent.glob(key + "*"):
+        if old != target and old.is_dir() and ".tmp" not in old.name:
+            shutil.rmtree(old, ignore_errors=True)
+
+
 def _dequantize_gguf_to_cache(gguf: str, target: Path) -> None:
     """Dequantize a GGUF with transformers and store config, fp32 safetensors and tokenizer in ``target``."""
     from safetensors.torch import save_file
@@ -201,10 +209,12 @@ def load_model(name: str | None = None, device: str | torch.device | None = None
     t0 = time.perf_counter()
     from_cache = False
     if kind in ("embedded", "gguf"):
-        target = cache_dir() / f"{Path(where).stem}-{_file_sha256(where)[:16]}-{CACHE_LAYOUT}"
+        key = f"{Path(where).stem}-{_file_sha256(where)[:16]}-"
+        target = cache_dir() / (key + CACHE_LAYOUT)
         from_cache = (target / "model.safetensors").is_file()
         if not from_cache:
             _dequantize_gguf_to_cache(where, target)
+            _remove_older_layouts(key, target)
         folder, offline = str(target), True
     else:
         folder, offline = where, kind == "folder"
