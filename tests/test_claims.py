@@ -91,11 +91,22 @@ def test_measure_checked_keeps_a_run_where_every_check_holds(asserting, monkeypa
 
 def test_measure_checked_hands_a_repeated_failure_to_claim(asserting, monkeypatch):
     monkeypatch.setattr("helpers.controls.say", lambda m: None)
-    measure, calls = runs_of(1.0, 1.1, 1.5)
-    result, checks = claims.measure_checked(measure, growth_checks)
-    assert (result, len(calls)) == (1.1, 2)
+    measure, calls = runs_of(1.0, 1.1, 1.15, 1.5)
+    result, checks = claims.measure_checked(measure, growth_checks)          # three measurements in all
+    assert (result, len(calls)) == (1.15, 3)
     with pytest.raises(AssertionError, match=r"it grows \(1.1x\)"):
         claims.claim(*checks["grows"])
+    measure, calls = runs_of(1.0, 1.1, 1.5)
+    assert claims.measure_checked(measure, growth_checks, runs=2)[0] == 1.1 and len(calls) == 2
+
+
+def test_measure_checked_pools_fresh_runs_with_earlier_ones(asserting, monkeypatch):
+    shown = []
+    monkeypatch.setattr("helpers.controls.say", shown.append)
+    measure, calls = runs_of([1.1], [1.0], [1.4], [9.0])       # each "run" a list of ratios; pooled, the best one
+    result, checks = claims.measure_checked(measure, lambda r: growth_checks(max(r)), combine=lambda a, b: a + b)
+    assert (result, len(calls)) == ([1.1, 1.0, 1.4], 3) and checks["grows"][0]
+    assert len(shown) == 2 and all("pooled" in m for m in shown)
 
 
 def test_measure_checked_measures_once_where_claims_are_reported(reporting, monkeypatch):

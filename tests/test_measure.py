@@ -46,3 +46,10 @@ def test_peak_memory_sees_a_growing_kv_cache(tiny_llama):
         store["toks"] = kv_cache.generate_cached(tiny_llama, ids, 10)
     peak = measure.peak_memory(run, device="cpu").extra_bytes
     assert peak >= 19 * 512
+
+
+def test_pooled_timings_keep_every_repeat():
+    from helpers.measure import Timing
+    a, b = Timing(2.0, [3.0, 2.0, 1.0]), Timing(5.0, [5.0, 0.5])
+    p = a.pooled(b)
+    assert (p.times, p.median, p.min) == ([3.0, 2.0, 1.0, 5.0, 0.5], 2.0, 0.5)

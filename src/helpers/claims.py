@@ -76,19 +76,30 @@ def measure_until(measure: Callable[[], T], holds: Callable[[T], bool], runs: in
     return results
 
 
-def measure_checked(measure: Callable[[], T], checks: Callable[[T], dict[str, tuple[bool, str, str]]],
-                    runs: int = 2) -> tuple[T, dict[str, tuple[bool, str, str]]]:
-    """:func:`measure_until` for a measurement that several claims read.
+Checks = dict[str, tuple[bool, str, str]]      # {name: (holds, statement, evidence)}: claim's three arguments
+
+
+def measure_checked(measure: Callable[[], T], checks: Callable[[T], Checks], runs: int = 3,
+                    combine: Callable[[T, T], T] | None = None) -> tuple[T, Checks]:
+    """Measure, check the claims that read the measurement, and measure afresh while one of them fails.
 
     ``checks(result)`` returns ``{name: (holds, statement, evidence)}``. While any of them fails on the default
-    model, measure afresh (up to ``runs`` runs); each run that did not bear them out is shown with its numbers,
-    not hidden. Returns the last result and its checks, to pass to :func:`claim`: ``claim(*checks["name"])``.
+    model, measure afresh, up to ``runs`` measurements in all; each one that did not bear them out is shown with
+    its numbers, not hidden. ``combine(earlier, fresh)``, where given, pools a fresh measurement with the earlier
+    ones: a claim read off the fastest runs only gets closer to the real cost with more runs, and a busy spell
+    that hit one step of every run so far is outvoted. Returns the last (pooled) result and its checks, to pass
+    to :func:`claim`: ``claim(*checks["name"])``.
     """
     from .controls import say
-    results = measure_until(measure, lambda r: all(bool(c[0]) for c in checks(r).values()), runs)
-    for r in results[:-1]:
-        failed = "; ".join(f"{statement} ({evidence})" for holds, statement, evidence in checks(r).values()
+    if runs < 1:
+        raise ValueError(f"runs must be at least 1, got {runs}.")
+    result, done = measure(), 1
+    while done < runs and strict() and not all(bool(c[0]) for c in checks(result).values()):
+        failed = "; ".join(f"{statement} ({evidence})" for holds, statement, evidence in checks(result).values()
                            if not holds)
-        say(f"A first measurement did not bear out: {failed}. It was measured afresh: a claim about speed "
-            f"fails only when a fresh measurement fails too.")
-    return results[-1], checks(results[-1])
+        say(f"A measurement did not bear out: {failed}. It was measured afresh"
+            + (", and the runs pooled" if combine is not None else "")
+            + ": a claim about speed fails only when fresh measurements fail too.")
+        fresh = measure()
+        result, done = (fresh if combine is None else combine(result, fresh)), done + 1
+    return result, checks(result)

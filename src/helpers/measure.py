@@ -36,6 +36,11 @@ class Timing:
         """(max - min) / median: how noisy the repeats were."""
         return (max(self.times) - min(self.times)) / self.median if self.median else 0.0
 
+    def pooled(self, other: "Timing") -> "Timing":
+        """Both timings' repeats as one (a fresh measurement of the same thing, taken later)."""
+        times = self.times + other.times
+        return Timing(statistics.median(times), times, self.warmup)
+
 
 def _sync():
     if torch.cuda.is_available():
