@@ -16,8 +16,11 @@ check them with plain ``assert`` on every model.
 
 A claim about speed is read off a timing, and other programs sharing the
 machine can only slow a run down. One disturbed run is no evidence against
-such a claim; the same failure on a fresh run is. :func:`measure_until` takes
-the second run when the first fails, and the notebook shows both.
+such a claim; the same failure on fresh runs is. The notebooks measure such
+claims with :func:`measure_checked`: it measures afresh (up to twice) while a
+check fails, can pool the fresh runs with the earlier ones, and shows every
+measurement that failed. :func:`measure_until` is the bare loop for a single
+condition, returning every run.
 """
 from __future__ import annotations
 
