@@ -69,10 +69,15 @@ def test_bad_lengths_raise_one_sentence(tiny_llama, bad):
         kv_cache.crop_cache(kv_cache.new_cache(tiny_llama), -1)
 
 
-def test_step_growth_reads_a_straight_line_and_ignores_step_zero():
+def test_step_line_reads_a_straight_line_and_ignores_step_zero():
     steps = [100.0] + [1.0 + 0.1 * i for i in range(1, 11)]        # step 0 (a prefill) is far off the line
-    assert kv_cache.step_growth(steps) == pytest.approx(2.0 / 1.1)
-    assert kv_cache.step_growth([5.0, 2.0, 2.0, 2.0]) == pytest.approx(1.0)
+    line = kv_cache.step_line(steps)
+    assert line.first == pytest.approx(1.1) and line.last == pytest.approx(2.0)
+    assert line.per_step == pytest.approx(0.1) and line.growth == pytest.approx(2.0 / 1.1)
+    flat = kv_cache.step_line([5.0, 2.0, 2.0, 2.0])
+    assert flat.growth == pytest.approx(1.0) and flat.per_step == pytest.approx(0.0)
+    with pytest.raises(ValueError, match="at least 3 steps"):
+        kv_cache.step_line([1.0, 2.0])
 
 
 def test_log_log_slope_recovers_the_exponent():

@@ -9,6 +9,7 @@ fixed here, once.
 from __future__ import annotations
 
 import inspect
+from typing import NamedTuple
 
 import torch
 
@@ -174,19 +175,32 @@ def timed_generate(model, prompt_ids: torch.Tensor, n_new: int, cached: bool):
     return ids[:, prompt_ids.shape[1]:], times
 
 
-def step_growth(seconds) -> float:
-    """How much longer the last step is than the first, read off a straight line fitted to all of them.
+class StepLine(NamedTuple):
+    """A straight line fitted to a run's step times (seconds): its value at the first and the last step, and
+    ``per_step``, what each generated token adds to the next step."""
+    first: float
+    last: float
+    per_step: float
 
-    Step 0 is skipped (in a cached run it is the prefill). A least-squares line over many steps shrugs off
-    the odd slow step that a busy machine throws in; comparing two single steps would not.
+    @property
+    def growth(self) -> float:
+        """How many times longer the last step is than the first, on the line."""
+        return self.last / self.first
+
+
+def step_line(seconds) -> StepLine:
+    """A least-squares line through every step's time but step 0 (in a cached run, the prefill).
+
+    A line over many steps shrugs off the odd slow step that a busy machine throws in; comparing two single
+    steps would not.
     """
     y = torch.as_tensor(seconds, dtype=torch.float64)[1:]
     if len(y) < 2:
-        raise ValueError(f"a fitted growth needs at least 3 steps, got {len(y) + 1}.")
+        raise ValueError(f"a fitted line needs at least 3 steps, got {len(y) + 1}.")
     x = torch.arange(1, len(y) + 1, dtype=torch.float64)
     slope = ((x - x.mean()) * (y - y.mean())).sum() / ((x - x.mean()) ** 2).sum()
     first, last = y.mean() + slope * (x[0] - x.mean()), y.mean() + slope * (x[-1] - x.mean())
-    return (last / first).item()
+    return StepLine(first.item(), last.item(), slope.item())
 
 
 def log_log_slope(sizes, seconds) -> float:
