@@ -74,6 +74,7 @@ S6_TOP_K, S6_SCALE_TOP_K, S6_SHRINK_TOP_K = 4, 0.5749, 22   # scale with the top
 S6_ORDINARY_DIMS = [(826, 4.77, 1, 8), (336, 1.62, 1, 4), (96, 0.69, 1, 3)]   # (dim, max |h|, levels, levels top-4 aside)
 
 # 7. Does quality survive quantization? (perplexity on 2,048 tokens of English prose)
+S7_EVAL_TOKENS = 2048                    # the chapter's perplexity span, in tokens
 S7_PERPLEXITY = {"reference": 23.08, "int8 per-row": 22.96, "int4 per-tensor": 365_416_000,
                  "int4 per-row": 46.18, "int4 group-128": 31.08, "NF4 block-64": 24.55}
 S7_PUBLIC_CORPUS = {"reference": 22.24, "int8 per-row": 22.18}   # the same two rows on the public-domain book
