@@ -8,7 +8,8 @@ The budget the chapter holds itself to (issue 8): every notebook <= 90 s on 2 co
 chapter <= 8 min. Peak memory is the kernel process's high-water mark of resident memory (VmHWM),
 which includes Python, torch and the model: what a student's laptop must actually hold.
 Executes in static mode (MIC_STATIC=1), exactly as the book build does; pass --live for the
-JupyterLab code path. Runs on a quiet machine give the numbers worth quoting.
+JupyterLab code path. Runs on a quiet machine give the numbers worth quoting; the table says, for each
+notebook, what share of the CPU time the host of a virtual machine took away (steal), so a slow hour shows.
 """
 from __future__ import annotations
 
@@ -32,6 +33,25 @@ def kernel_peak_mib(client) -> float:
     except Exception:
         pass
     return float("nan")
+
+
+def cpu_ticks() -> tuple[int, int] | None:
+    """(stolen, all) CPU ticks since boot, summed over cores, from /proc/stat; None where it cannot be read.
+
+    Steal is time a virtual machine's cores were runnable but the host ran someone else: on a shared
+    machine it is the usual reason the same notebook takes 40 s one hour and 60 s the next."""
+    try:
+        fields = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:9]]
+    except (OSError, ValueError, IndexError):
+        return None
+    return fields[7], sum(fields)
+
+
+def stolen_percent(before, after) -> float:
+    """The share of all CPU time between two :func:`cpu_ticks` readings that the host took away, in per cent."""
+    if before is None or after is None or after[1] <= before[1]:
+        return float("nan")
+    return 100 * (after[0] - before[0]) / (after[1] - before[1])
 
 
 def machine_speed() -> str:
@@ -70,6 +90,7 @@ def run(path: Path, timeout: int) -> dict:
     client = NotebookClient(nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}})
     out = dict(seconds=float("nan"), start=float("nan"), slowest=(0.0, ""), peak=float("nan"), error="")
     code = [i for i, cell in enumerate(nb.cells) if cell.cell_type == "code"]
+    ticks = cpu_ticks()
     t0 = time.perf_counter()
     with client.setup_kernel():
         try:
@@ -86,6 +107,7 @@ def run(path: Path, timeout: int) -> dict:
             out["error"] = f"{type(e).__name__}: {str(e).strip().splitlines()[-1][:100] if str(e).strip() else ''}"
         out["peak"] = kernel_peak_mib(client)
     out["seconds"] = time.perf_counter() - t0
+    out["stolen"] = stolen_percent(ticks, cpu_ticks())
     return out
 
 
@@ -100,6 +122,7 @@ def main() -> int:
     print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores; {'live' if args.live else 'static'} mode; "
           f"{machine_speed()}", flush=True)
     rows, total, failed = [], 0.0, False
+    ticks = cpu_ticks()
     for p in paths:
         r = run(p, args.timeout)
         total += r["seconds"]
@@ -108,15 +131,16 @@ def main() -> int:
         r["flag"] = "FAILED " + r["error"] if r["error"] else ("over budget" if r["seconds"] > BUDGET_NOTEBOOK_S else "")
         rows.append(r)
         print(f"  {p.stem:<28} {r['seconds']:7.1f} s (start-up {r['start']:4.1f} s, slowest cell {r['slowest'][0]:5.1f} s) "
-              f"{r['peak']:8.0f} MiB  {r['flag']}", flush=True)
-    print("\n| notebook | seconds | start-up: kernel, imports, model (s) | slowest code cell (s) | peak memory (MiB) | note |"
-          "\n|---|---:|---:|---|---:|---|")
+              f"{r['peak']:8.0f} MiB  {r['stolen']:4.1f} % stolen  {r['flag']}", flush=True)
+    print("\n| notebook | seconds | start-up: kernel, imports, model (s) | slowest code cell (s) | peak memory (MiB) "
+          "| CPU stolen by the host | note |\n|---|---:|---:|---|---:|---:|---|")
     for r in rows:
         print(f"| {r['name']} | {r['seconds']:.1f} | {r['start']:.1f} | {r['slowest'][0]:.1f}: `{r['slowest'][1]}` | "
-              f"{r['peak']:.0f} | {r['flag']} |")
+              f"{r['peak']:.0f} | {r['stolen']:.1f} % | {r['flag']} |")
     over = " (over the 8 min budget)" if total > BUDGET_CHAPTER_S else ""
     start = sum(r["start"] for r in rows)
-    print(f"| **whole chapter** | **{total:.1f}** | {start:.1f} | | {max(r['peak'] for r in rows):.0f} (largest) | {over} |")
+    print(f"| **whole chapter** | **{total:.1f}** | {start:.1f} | | {max(r['peak'] for r in rows):.0f} (largest) "
+          f"| {stolen_percent(ticks, cpu_ticks()):.1f} % | {over} |")
     print(f"load average after: {os.getloadavg()[0]:.2f}; {machine_speed()}")
     return 1 if failed else 0
 
