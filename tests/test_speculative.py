@@ -93,6 +93,43 @@ def test_processed_distribution_keeps_only_top_k():
         S.processed(torch.zeros(3), temperature=0.0)
 
 
+@pytest.mark.parametrize("top_k", [0, -3, 2.5, True])
+def test_a_top_k_that_is_not_a_positive_whole_number_is_one_sentence(top_k):
+    with pytest.raises(ValueError, match="top_k"):
+        S.processed(torch.zeros(5), top_k=top_k)
+
+
+def test_nan_logits_or_distributions_are_refused_not_silently_rejected():
+    with pytest.raises(ValueError, match="NaN"):
+        S.processed(torch.tensor([1.0, float("nan"), 0.0]))
+    p, q = torch.tensor([0.5, 0.5, 0.0]), torch.tensor([0.2, 0.3, 0.5])
+    for bad_p, bad_q in [(torch.tensor([0.5, float("nan"), 0.5]), q), (p, torch.tensor([float("nan"), 0.5, 0.5])),
+                         (torch.tensor([0.7, 0.7, -0.4]), q), (torch.tensor([0.5, 0.6, 0.0]), q)]:
+        with pytest.raises(ValueError, match="probability distribution"):
+            S.accept_token(bad_p, bad_q, 1)
+    with pytest.raises(ValueError, match="same vocabulary"):
+        S.accept_token(p, torch.tensor([0.5, 0.5]), 1)
+
+
+def test_alpha_is_estimated_per_judged_token():
+    # three rounds of gamma = 4: all four kept; 1 kept then a rejection; a rejection at once.
+    # 12 proposed, 5 accepted, 2 rejections: the 5 proposals after a rejection are not failures
+    assert S.acceptance_rate(5, 2) == pytest.approx(5 / 7)
+    assert S.acceptance_rate(4, 0) == 1.0
+    assert S.acceptance_rate(0, 0) != S.acceptance_rate(0, 0)          # nothing judged: NaN, not 0 or 1
+
+
+def test_the_kept_share_of_sampled_rounds_is_the_overlap_of_p_and_q():
+    gen = torch.Generator().manual_seed(3)
+    p, q = _random_pair(6, gen)
+    n = 20_000
+    tokens, kept = S.sample_rounds(p, q, n, gen)
+    overlap = float(torch.minimum(p, q).sum())                     # P(accept) = sum over x of min(p(x), q(x))
+    assert abs(kept.double().mean().item() - overlap) < 5 * (overlap * (1 - overlap) / n) ** 0.5
+    accepted_part = torch.bincount(tokens[kept], minlength=6).double() / n
+    assert (accepted_part - torch.minimum(p, q)).abs().max() < 0.02   # the accepted draws alone are min(p, q)
+
+
 # --------------------------------------------------------------------------- the loop
 
 
@@ -108,6 +145,12 @@ def test_greedy_speculation_equals_plain_greedy_with_a_model_draft(tiny_llama, g
     tokens, stats = S.speculative_generate(tiny_llama, draft, prompt, 20, gamma)
     assert torch.equal(tokens, _plain(tiny_llama, prompt, 20))
     assert stats["target_forwards"] <= 20 and stats["proposed"] >= stats["accepted"]
+    # a round ends at its first rejection or after gamma acceptances; every token emitted is an accepted
+    # proposal or the target's own token, one per round
+    assert stats["rejected"] <= stats["target_forwards"]
+    assert stats["accepted"] + stats["target_forwards"] == round(stats["tokens_per_forward"] * stats["target_forwards"])
+    assert stats["acceptance_rate"] == pytest.approx(stats["accepted"] / (stats["accepted"] + stats["rejected"]))
+    assert stats["acceptance_rate"] >= stats["accepted_share"]
 
 
 def test_the_target_as_its_own_draft_accepts_everything(tiny_llama):

@@ -64,12 +64,28 @@ def emitted_distribution(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     return accepted + (1 - accepted.sum()) * residual(p, q)
 
 
+def check_distributions(p: torch.Tensor, q: torch.Tensor) -> None:
+    """Raise ``ValueError`` (one sentence) unless p and q are probability vectors of one shape: no NaN, none
+    negative, each summing to 1. Without this a NaN compares false and is silently never accepted."""
+    for name, d in (("p (the target)", p), ("q (the draft)", q)):
+        if not torch.isfinite(d).all() or (d < 0).any() or abs(float(d.sum()) - 1) > 1e-3:
+            raise ValueError(f"{name} must be a probability distribution (finite, non-negative, summing to 1); "
+                             f"it has {int((~torch.isfinite(d)).sum())} NaN or infinite entries and sums to "
+                             f"{float(d.nansum()):.4g}.")
+    if p.shape != q.shape:
+        raise ValueError(f"p and q must be distributions over the same vocabulary, got {tuple(p.shape)} and "
+                         f"{tuple(q.shape)}.")
+
+
 def accept_token(p: torch.Tensor, q: torch.Tensor, x: int, generator: torch.Generator | None = None,
-                 always_accept: bool = False) -> tuple[bool, int]:
+                 always_accept: bool = False, check: bool = True) -> tuple[bool, int]:
     """One draft token x ~ q judged against the target p. Returns (kept, the token emitted).
 
     ``always_accept`` is the negative control (it emits q, not p). The generator is the caller's, never reseeded.
+    ``check=False`` skips :func:`check_distributions` for a caller that checked this (p, q) once already.
     """
+    if check:
+        check_distributions(p, q)
     if always_accept:
         return True, x
     u = torch.rand((), generator=generator, device=p.device)
@@ -78,11 +94,22 @@ def accept_token(p: torch.Tensor, q: torch.Tensor, x: int, generator: torch.Gene
     return False, int(torch.multinomial(residual(p, q), 1, generator=generator))
 
 
+def sample_rounds(p: torch.Tensor, q: torch.Tensor, n: int, generator: torch.Generator,
+                  always_accept: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """``n`` independent rounds of one draft token: x ~ q, then :func:`accept_token`.
+
+    Returns (the emitted tokens, whether each was the accepted draft token rather than a residual draw).
+    """
+    check_distributions(p, q)
+    xs = torch.multinomial(q, n, replacement=True, generator=generator)
+    rounds = [accept_token(p, q, int(x), generator, always_accept, check=False) for x in xs]
+    return torch.tensor([t for _, t in rounds]), torch.tensor([kept for kept, _ in rounds])
+
+
 def sample_emitted(p: torch.Tensor, q: torch.Tensor, n: int, generator: torch.Generator,
                    always_accept: bool = False) -> torch.Tensor:
-    """``n`` independent rounds of one draft token: x ~ q, then :func:`accept_token`. Returns the emitted tokens."""
-    xs = torch.multinomial(q, n, replacement=True, generator=generator)
-    return torch.tensor([accept_token(p, q, int(x), generator, always_accept)[1] for x in xs])
+    """The emitted tokens of :func:`sample_rounds`."""
+    return sample_rounds(p, q, n, generator, always_accept)[0]
 
 
 def total_variation(p: torch.Tensor, counts: torch.Tensor) -> float:
@@ -112,6 +139,10 @@ def processed(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None 
     """softmax(logits / T) restricted to the top k: the distribution a sampler really draws from (both p and q)."""
     if not temperature > 0:
         raise ValueError(f"temperature must be > 0 (use greedy decoding for T = 0), got {temperature}.")
+    if top_k is not None and (isinstance(top_k, bool) or int(top_k) != top_k or top_k < 1):
+        raise ValueError(f"top_k must be a whole number of tokens, at least 1 (or None for all), got {top_k!r}.")
+    if torch.isnan(logits).any():
+        raise ValueError("the logits contain NaN: the model's output is broken, so there is no distribution to draw from.")
     z = logits.float() / temperature
     if top_k is not None and top_k < z.shape[-1]:
         cut = z.topk(top_k, dim=-1).values[..., -1:]
@@ -141,6 +172,17 @@ def verify_sampled(p_rows: torch.Tensor, q_rows: torch.Tensor, proposals: list[i
     return len(proposals), int(torch.multinomial(p_rows[len(proposals)], 1, generator=generator))
 
 
+def acceptance_rate(accepted: int, rejected: int) -> float:
+    """α estimated per *judged* token: accepted / (accepted + rejections).
+
+    The target judges proposals in order and stops at the first rejection, so the proposals after it were never
+    judged. Each judged token is accepted with probability α, so this count (the maximum-likelihood estimate) is
+    the α that E(α, γ) needs; accepted / proposed counts the unjudged ones as failures and underestimates it.
+    """
+    judged = accepted + rejected
+    return accepted / judged if judged else float("nan")
+
+
 def _check_inputs(prompt_ids: torch.Tensor, n_new: int, gamma: int) -> None:
     if prompt_ids.dim() != 2 or prompt_ids.shape[0] != 1 or prompt_ids.shape[1] < 1:
         raise ValueError(f"prompt_ids must be one non-empty sequence shaped (1, tokens), got {tuple(prompt_ids.shape)}.")
@@ -158,7 +200,8 @@ def speculative_generate(target, draft, prompt_ids: torch.Tensor, n_new: int, ga
     ``draft`` is a causal-LM module sharing the target's vocabulary, or any object with the
     :class:`helpers.drafts.Draft` protocol (``start``, ``propose``, ``commit``). Greedy by default (the output
     equals plain greedy decoding); with ``sample=True`` Leviathan's rule on the processed distributions.
-    Returns (tokens (1, n_new), stats dict: proposed, accepted, acceptance_rate, target_forwards, seconds, ...).
+    Returns (tokens (1, n_new), stats dict: proposed, accepted, rejected, acceptance_rate (α per judged token,
+    :func:`acceptance_rate`), accepted_share (accepted / proposed), target_forwards, tokens_per_forward, seconds, ...).
     """
     from .drafts import as_draft
     _check_inputs(prompt_ids, n_new, gamma)
@@ -169,7 +212,7 @@ def speculative_generate(target, draft, prompt_ids: torch.Tensor, n_new: int, ga
         _, cache = kc.forward(target, prompt_ids[:, :-1], cache=cache)
     draft.start(prompt_ids)
     last, out = int(prompt_ids[0, -1]), []
-    proposed = accepted = forwards = 0
+    proposed = accepted = rejected = forwards = 0
     while len(out) < n_new:
         held = kc.cache_length(cache)                      # every committed token except `last`
         proposals, q_rows = draft.propose(gamma, sample=sample, temperature=temperature, top_k=top_k,
@@ -183,13 +226,15 @@ def speculative_generate(target, draft, prompt_ids: torch.Tensor, n_new: int, ga
         else:
             n_ok, nxt = verify_greedy(logits[0], proposals)
         proposed, accepted = proposed + len(proposals), accepted + n_ok
+        rejected += n_ok < len(proposals)                 # the proposals after a rejection were never judged
         new = proposals[:n_ok] + [nxt]
         kc.crop_cache(cache, held + 1 + n_ok)              # keep `last` and the accepted proposals
         draft.commit(new)
         out += new
         last = nxt
     tokens = torch.tensor([out[:n_new]], device=prompt_ids.device)
-    return tokens, dict(proposed=proposed, accepted=accepted, acceptance_rate=accepted / max(proposed, 1),
+    return tokens, dict(proposed=proposed, accepted=accepted, rejected=rejected,
+                        acceptance_rate=acceptance_rate(accepted, rejected), accepted_share=accepted / max(proposed, 1),
                         target_forwards=forwards, tokens_per_forward=len(out) / forwards,
                         draft_forwards=getattr(draft, "forwards", 0),
                         draft_prefill_seconds=getattr(draft, "prefill_seconds", 0.0), seconds=now() - t0)
