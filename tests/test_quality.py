@@ -342,3 +342,43 @@ def test_token_nlls_in_row_chunks_are_bit_for_bit_the_whole_log_sum_exp():
     z = logits[0, :-1]
     whole = torch.logsumexp(z, dim=-1) - z.gather(1, ids[0, 1:, None])[:, 0]
     assert torch.equal(QL.token_nlls(logits, ids), whole)
+
+
+@pytest.mark.parametrize("vocab,scale", [(97, 5.0), (49_152, 20.0), (262_144, 40.0)])
+def test_the_nll_tolerance_covers_float32_round_off_and_not_a_real_mistake(vocab, scale):
+    # float32 computations of the same mean NLL, three ways, against the float64 truth, on a vocabulary as large as
+    # Gemma 3's; a label shifted by one position is a real mistake and must fall far outside
+    gen = torch.Generator().manual_seed(vocab)
+    logits = scale * torch.randn(1, 33, vocab, generator=gen)
+    ids = torch.randint(vocab, (1, 33), generator=gen)
+    tol = QL.nll_tolerance(logits)
+    truth = float(QL.token_nlls(logits.double(), ids).mean())
+    ours = float(QL.token_nlls(logits, ids).mean())
+    by_log_softmax = float(-torch.log_softmax(logits[0, :-1], -1).gather(1, ids[0, 1:, None]).mean())
+    by_cross_entropy = float(torch.nn.functional.cross_entropy(logits[0, :-1], ids[0, 1:]))
+    for value in (ours, by_log_softmax, by_cross_entropy):
+        assert abs(value - truth) < tol / 2                  # two of them may differ by up to twice this
+    shifted = float(QL.token_nlls(logits, torch.roll(ids, 1, dims=1)).mean())
+    assert abs(shifted - truth) > 100 * tol
+
+
+def test_perplexity_keeps_each_tokens_nll_and_its_tolerance(tiny_llama):
+    ids = torch.randint(0, 97, (1, 40), generator=torch.Generator().manual_seed(3))
+    p = QL.perplexity(tiny_llama, ids, 100)
+    assert p.per_token.shape == (39,) and p.per_token.mean().item() == pytest.approx(p.nll)
+    assert abs(p.nll - p.hf_loss) < p.tolerance
+
+
+def test_a_paired_difference_sees_a_small_shift_that_unpaired_intervals_cannot():
+    gen = torch.Generator().manual_seed(0)
+    hard = 3 * torch.rand(1024, generator=gen)                       # shared difficulty: most of the spread
+    a = hard + 0.02 * torch.randn(1024, generator=gen)
+    b = hard + 0.05 + 0.02 * torch.randn(1024, generator=gen)        # b is worse by 0.05 on every token
+    d = QL.paired_difference(b, a)
+    assert d.separates and d.low < 0.05 < d.high and d.mean == pytest.approx(0.05, abs=0.005)
+    se = float(hard.std()) / math.sqrt(1024)                         # each mean alone: about 0.027 wide
+    assert 1.96 * 2 * se > 0.05                                      # so their unpaired intervals overlap
+    same = QL.paired_difference(a, hard + 0.02 * torch.randn(1024, generator=gen))
+    assert not same.separates
+    with pytest.raises(ValueError, match="same tokens"):
+        QL.paired_difference(a, b[:-1])

@@ -106,10 +106,24 @@ class Perplexity:
     n_bytes: int
     hf_loss: float          # transformers' own model(ids, labels=ids).loss, the cross-check
     nll_se: float = 0.0     # standard error of the mean NLL over tokens (how llama.cpp puts +/- on perplexity)
+    tolerance: float = 0.0  # how far another float32 computation of the same mean NLL may be off (nll_tolerance)
+    per_token: torch.Tensor | None = field(default=None, repr=False, compare=False)   # each token's NLL, for pairing
 
     def interval(self, z: float = 1.96) -> tuple[float, float]:
         """exp(nll -/+ z * se): the perplexity interval llama.cpp prints as '+/-'."""
         return math.exp(self.nll - z * self.nll_se), math.exp(self.nll + z * self.nll_se)
+
+
+def nll_tolerance(logits: torch.Tensor) -> float:
+    """How far two float32 computations of the same mean NLL can differ by round-off alone, for these logits.
+
+    A token's NLL is logsumexp(z) - z[y]. Subtracting numbers as large as max |z| leaves an error of about
+    eps·max|z| each; a sum of V exponentials reduced as a tree, a relative error of about eps·log2(V), which the
+    log turns into an absolute one. A mean over tokens is no worse than its worst token. A factor of 8 covers the
+    order of operations; a real mistake (a shifted label, a missing token) is off by orders of magnitude more.
+    """
+    eps = torch.finfo(torch.float32).eps
+    return 8 * eps * (2 * float(logits.detach().abs().max()) + math.log2(logits.shape[-1]))
 
 
 def token_nlls(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
@@ -149,7 +163,8 @@ def perplexity_from_logits(logits: torch.Tensor, ids: torch.Tensor, n_bytes: int
     per_token = token_nlls(logits, ids)
     nll, t = float(per_token.mean()), per_token.numel()
     se = float(per_token.std() / math.sqrt(t)) if t > 1 else 0.0
-    return Perplexity(nll, math.exp(nll), nll * t / math.log(2) / n_bytes, t, n_bytes, hf_loss, se)
+    return Perplexity(nll, math.exp(nll), nll * t / math.log(2) / n_bytes, t, n_bytes, hf_loss, se,
+                      nll_tolerance(logits), per_token)
 
 
 def _check_span(ids: torch.Tensor, n_bytes: int) -> None:
@@ -267,6 +282,40 @@ def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
     return max(0.0, centre - half), min(1.0, centre + half)
+
+
+@dataclass(frozen=True)
+class PairedDifference:
+    mean: float             # mean of a - b over the shared tokens or positions
+    low: float              # 95 % block-bootstrap interval
+    high: float
+    n: int
+
+    @property
+    def separates(self) -> bool:
+        """True when the interval excludes zero: the two schemes differ on this measure."""
+        return self.low > 0 or self.high < 0
+
+
+def paired_difference(a: torch.Tensor, b: torch.Tensor, block: int = 16, resamples: int = 2000,
+                      seed: int = 0) -> PairedDifference:
+    """Mean of a - b over the *same* tokens (or positions), with a 95 % interval from a block bootstrap.
+
+    Two schemes scored on the same text share every hard token, so their per-token differences vary far less
+    than either score: comparing their two intervals throws that pairing away. Neighbouring tokens are
+    correlated, so the bootstrap resamples runs of ``block`` consecutive differences, not single ones.
+    """
+    if a.shape != b.shape:
+        raise ValueError(f"Paired values must cover the same tokens: got shapes {tuple(a.shape)} and {tuple(b.shape)}.")
+    d = (a.double() - b.double()).flatten()
+    if d.numel() < 2 * block:
+        raise ValueError(f"Need at least {2 * block} paired values for blocks of {block}, got {d.numel()}.")
+    means = d[: d.numel() // block * block].reshape(-1, block).mean(1)
+    gen = torch.Generator().manual_seed(seed)
+    picks = torch.randint(len(means), (resamples, len(means)), generator=gen)
+    boot = means[picks].mean(1)
+    low, high = torch.quantile(boot, torch.tensor([0.025, 0.975], dtype=boot.dtype)).tolist()
+    return PairedDifference(float(d.mean()), low, high, d.numel())
 
 
 # --------------------------------------------------------------------------- agreement
