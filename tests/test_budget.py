@@ -85,3 +85,71 @@ def test_machine_tokens_refuses_a_memory_smaller_than_the_weights():
     assert budget.machine_tokens(10 * budget.GiB, budget.GiB, 1024, overhead=0) == 9 * 2 ** 20
     with pytest.raises(ValueError):
         budget.machine_tokens(budget.GiB, 2 * budget.GiB, 1024)
+
+
+def _decoder_params(vocab, dim, layers, ffn, kv_dim):
+    """Untied embedding and head, per layer q, k, v, o, a gated MLP and two norms, then the final norm."""
+    per_layer = 2 * dim * dim + 2 * dim * kv_dim + 3 * dim * ffn + 2 * dim
+    return 2 * vocab * dim + layers * per_layer + dim
+
+
+def test_the_real_7b_counts_are_those_models_weights():
+    assert budget.REAL_7B_PARAMS["Llama 2 7B"] == _decoder_params(32_000, 4096, 32, 11_008, kv_dim=4096)
+    assert budget.REAL_7B_PARAMS["Mistral 7B"] == _decoder_params(32_000, 4096, 32, 14_336, kv_dim=8 * 128)
+
+
+def test_real_7b_parameter_counts_miss_the_chapters_65378_tokens():
+    arch = budget.MODELS["7B"]
+    for params in budget.REAL_7B_PARAMS.values():
+        assert params != arch.params
+        got = budget.tokens_that_fit(16 * budget.GiB, budget.weight_bytes(params, "int8"), arch.bytes_per_token("fp16"))
+        assert got != chapter.S10_16GB_INT8_TOKENS["7B"]
+    assert min(budget.REAL_7B_PARAMS.values()) < arch.params < max(budget.REAL_7B_PARAMS.values())
+
+
+@pytest.mark.parametrize("cache_budget", [16 * 2 ** 20, 10 ** 7, 123_457])
+@pytest.mark.parametrize("bytes_per_token, context", [(18_432, 91), (131_072, 7), (1, 1), (3, 1000)])
+def test_the_users_a_cache_budget_holds_fit_and_one_more_would_not(cache_budget, bytes_per_token, context):
+    tokens = budget.tokens_that_fit(cache_budget, 0, bytes_per_token, overhead=0)    # the budget alone
+    users = tokens // context
+    assert users * context * bytes_per_token <= cache_budget < (users + 1) * context * bytes_per_token
+
+
+@pytest.mark.parametrize("memory", [24 * budget.GiB, 8 * budget.GiB + 12_345, 4 * budget.GiB])
+@pytest.mark.parametrize("numbers_per_token", [4_608, 18_432, 1_000_003])
+def test_an_int8_cache_holds_at_least_four_times_the_tokens_of_an_fp32_one(memory, numbers_per_token):
+    weights = 538_000_000
+    fp32 = budget.machine_tokens(memory, weights, numbers_per_token * budget.kv_bytes("fp32"))
+    int8 = budget.machine_tokens(memory, weights, numbers_per_token * budget.kv_bytes("int8"))
+    assert fp32 > 0 and int8 >= 4 * fp32
+
+
+@pytest.mark.parametrize("call", [
+    lambda: budget.fit("16", "7B", "int8"),                # text, not a number: was a TypeError
+    lambda: budget.fit(True, "7B", "int8"),
+    lambda: budget.fit(float("nan"), "7B", "int8"),
+    lambda: budget.fit(float("inf"), "7B", "int8"),
+    lambda: budget.fit(-8, "7B", "int8"),
+    lambda: budget.fit(16, "7B", "int8", overhead=-1),
+    lambda: budget.fit(16, ["7B"], "int8"),                # unhashable: was a TypeError
+    lambda: budget.fit(16, "7B", ["int8"]),
+    lambda: budget.fit(16, "7B", "int8", "fp64"),
+    lambda: budget.weight_bytes(7e9, "int8"),              # a float count of weights
+    lambda: budget.weight_bytes(-1, "int8"),
+    lambda: budget.tokens_that_fit("1", 0, 1),
+    lambda: budget.tokens_that_fit(2 ** 30, 0, 0),
+    lambda: budget.tokens_that_fit(2 ** 30, 0, 1.5),
+    lambda: budget.tokens_that_fit(2 ** 30, float("nan"), 1),
+    lambda: budget.machine_tokens(float("inf"), 0, 1),
+    lambda: budget.users_served("16", "7B", "int8", "fp16", 4096),
+    lambda: budget.users_served(16, "7B", "int8", "fp16", 4096.0),
+    lambda: budget.users_served(16, "7B", "int8", "fp16", True),
+    lambda: budget.frontier(16, "7B", "int8", "fp16", [1024, "2k"]),
+    lambda: budget.budget_table(cards=(8, "16")),
+    lambda: budget.kv_bytes(["fp16"]),
+])
+def test_bad_input_to_every_function_gets_one_sentence(call):
+    with pytest.raises(ValueError) as e:
+        call()
+    msg = str(e.value)
+    assert "\n" not in msg and msg.endswith(".")

@@ -146,3 +146,33 @@ def test_a_held_reference_gives_exactly_what_evaluate_computes_from_the_teachers
     assert ref.perplexity == D.evaluate(teacher, teacher, ids).perplexity
     with pytest.raises(ValueError, match="ids differ"):
         D.evaluate(student, ref, ids.flip(0))
+
+
+def test_a_student_shares_the_teachers_embedding_and_head_and_copies_only_its_layers(tiny_llama):
+    student = D.student_from_teacher(tiny_llama, [1])
+    shared = {n: p.data_ptr() for n, p in tiny_llama.named_parameters() if not n.startswith(D.decoder_layers(tiny_llama)[0])}
+    assert shared and all(dict(student.named_parameters())[n].data_ptr() == ptr for n, ptr in shared.items())
+    with torch.no_grad():                               # training the student's layer leaves the teacher alone
+        before = D.decoder_layers(tiny_llama)[1][1].mlp.down_proj.weight.clone()
+        D.decoder_layers(student)[1][0].mlp.down_proj.weight.add_(1.0)
+        assert torch.equal(D.decoder_layers(tiny_llama)[1][1].mlp.down_proj.weight, before)
+
+
+def test_the_teachers_pass_keeps_one_forwards_logits_within_the_budget():
+    assert D.rows_per_batch(128, 49_152) == 8            # 25 MB a row: the default 8 rows fit in 256 MiB
+    assert D.rows_per_batch(128, 262_144) == 2           # Gemma 3's vocabulary: 128 MiB a row
+    assert D.rows_per_batch(4096, 262_144) == 1          # never fewer than one row
+    assert D.rows_per_batch(128, 262_144, budget=2 ** 30) == 8
+
+
+def test_evaluate_in_slices_is_bit_for_bit_evaluate_in_one_piece(monkeypatch):
+    g = torch.Generator().manual_seed(5)
+    teacher, student = torch.randn(2, 13, 40, generator=g) * 4, torch.randn(2, 13, 40, generator=g) * 3
+    ids = torch.randint(0, 40, (2, 13), generator=g)
+    whole = D.evaluate(student, teacher, ids)
+    monkeypatch.setattr(D, "LOGITS_BUDGET", 16 * 40 * 3)     # three positions a slice: 5 slices a row
+    assert len(D._slices(13, 40)) == 5
+    assert D.evaluate(student, teacher, ids) == whole
+    assert whole.perplexity == math.exp(float(D.hard_loss(student, ids)))
+    with pytest.raises(ValueError, match="same text"):
+        D.evaluate(student[:, :5], D.held_reference(teacher, ids))

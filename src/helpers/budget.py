@@ -21,9 +21,14 @@ unit tests pin down (and show that the obvious alternatives miss):
   the accounting of section 5);
 * the KV cache stays in fp16 whatever the weights are stored in;
 * a partial token does not fit: round down.
+
+Bad input (a card size given as text, NaN, a negative overhead, an unknown format) raises ``ValueError`` with one
+sentence.
 """
 from __future__ import annotations
 
+import math
+import numbers
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -42,23 +47,39 @@ MODELS = {"7B": SEVEN_B_CLASS,
           "13B": KVArchitecture(**chapter.THIRTEEN_B),
           "70B": KVArchitecture(**chapter.SEVENTY_B)}
 
+# What real "7B" models have, against the nominal 7.0e9 the chapter's tables use: the weights of Llama 2 7B and
+# Mistral 7B v0.1, counted from their published shapes (the unit tests count them again).
+REAL_7B_PARAMS = {"Llama 2 7B": 6_738_415_616, "Mistral 7B": 7_241_732_096}
+
 
 def _check_format(fmt: str, known) -> str:
-    if fmt not in known:
+    if not isinstance(fmt, str) or fmt not in known:
         raise ValueError(f"Unknown format {fmt!r}: use one of {', '.join(known)}.")
     return fmt
 
 
+def _check_amount(value, what: str, unit: str, whole: bool = False, zero: bool = False) -> None:
+    """Raise ``ValueError`` (one sentence) unless ``value`` is a finite number (a whole one if ``whole``; ints,
+    not bools or text) above zero, or at least zero if ``zero``."""
+    ok = (not isinstance(value, bool) and isinstance(value, numbers.Integral if whole else numbers.Real)
+          and math.isfinite(value) and (value >= 0 if zero else value > 0))
+    if not ok:
+        kind = f"{'non-negative' if zero else 'positive'} {'whole number' if whole else 'number'}"
+        raise ValueError(f"{what} must be a {kind} of {unit}, got {value!r}.")
+
+
 def weight_bytes(params: int, weight_format: str) -> int:
     """Bytes of ``params`` weights stored in ``weight_format`` (rounded up to a whole byte)."""
+    _check_amount(params, "The parameter count", "weights", whole=True, zero=True)
     bits = WEIGHT_BITS[_check_format(weight_format, WEIGHT_BITS)]
     return -(-params * bits.numerator // (8 * bits.denominator))
 
 
 def tokens_that_fit(memory_bytes: int, weights: int, bytes_per_token: int, overhead: int = RUNTIME_OVERHEAD) -> int:
     """Resident tokens (over all users) whose cache fits beside the weights; negative when the weights do not fit."""
-    if bytes_per_token < 1:
-        raise ValueError(f"bytes_per_token must be a positive whole number, got {bytes_per_token}.")
+    for value, what in ((memory_bytes, "The memory"), (weights, "The weights"), (overhead, "The runtime overhead")):
+        _check_amount(value, what, "bytes", whole=True, zero=True)
+    _check_amount(bytes_per_token, "bytes_per_token", "bytes", whole=True)
     return (memory_bytes - overhead - weights) // bytes_per_token
 
 
@@ -78,10 +99,9 @@ class Fit:
 def fit(card_gb: float, model: str, weight_format: str, kv_format: str = CHAPTER_KV_FORMAT,
         overhead: int = RUNTIME_OVERHEAD) -> Fit:
     """How many tokens of context fit on a card of ``card_gb`` GB (GiB) for one of :data:`MODELS`."""
-    if model not in MODELS:
+    if not isinstance(model, str) or model not in MODELS:
         raise ValueError(f"Unknown model {model!r}: use one of {', '.join(MODELS)}.")
-    if not card_gb > 0:
-        raise ValueError(f"The card's memory must be a positive number of GB, got {card_gb}.")
+    _check_amount(card_gb, "The card's memory", "GB")
     arch = MODELS[model]
     memory = int(card_gb * GiB)
     w = weight_bytes(arch.params, weight_format)

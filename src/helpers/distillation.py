@@ -5,7 +5,9 @@
   root of its value at T = 1.
 * :func:`student_from_teacher`: a smaller model built from the teacher's own decoder layers (every k-th, as
   DistilBERT and DistilGPT2 were initialised, or the first k). Layers are found through the module tree, so
-  any transformers causal LM works, not only Llama.
+  any transformers causal LM works, not only Llama. The kept layers are copies; the embedding, final norm and
+  LM head are the teacher's own tensors, so a student costs only its layers' memory (on a 262k-token
+  vocabulary the embedding alone is 0.7 GB in fp32).
 * :func:`add_exit_adapter`: a trained residual linear map in front of the LM head: the "first layers plus an
   exit adapter" student. It starts at zero, i.e. as plain early exit.
 * :func:`teacher_targets` stores the teacher's top-k logits once (the full distribution costs
@@ -16,6 +18,11 @@
 * :func:`train` runs either loss for a fixed number of seeded, deterministic steps with a progress bar;
   :func:`evaluate` reports held-out KL, perplexity and top-1 agreement with the teacher (the teacher's side
   computed once by :func:`held_reference` when many students are scored on the same text).
+
+Memory: full-vocabulary logits are the largest tensors here (rows x tokens x vocab x 4 bytes: 537 MB for 512
+tokens of a 262k vocabulary). The teacher's pass keeps at most :data:`LOGITS_BUDGET` bytes of them at a time,
+the held reference keeps one such tensor (the log-probabilities, not their exponential as well), and
+:func:`evaluate` works through the positions in slices of at most that size.
 """
 from __future__ import annotations
 
@@ -26,6 +33,8 @@ from typing import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
+
+LOGITS_BUDGET = 2 ** 28     # bytes of full-vocabulary logits (or their temporaries) worked on at a time: 256 MiB
 
 # --------------------------------------------------------------------------- soft labels and temperature
 
@@ -69,8 +78,10 @@ def every_kth(n_layers: int, k: int) -> list[int]:
 
 
 def student_from_teacher(teacher: torch.nn.Module, keep: Sequence[int]) -> torch.nn.Module:
-    """A new model of the teacher's class with only the decoder layers ``keep`` (copied), everything else shared
-    by value: embedding, final norm, LM head. Per-layer settings (``layer_types``: sliding or full) follow."""
+    """A new model of the teacher's class with only the decoder layers ``keep`` (copied, so they can be trained
+    without touching the teacher). Everything else (embedding, final norm, LM head) is the teacher's own tensors,
+    shared, not copied: a student that trains them must copy them first. Per-layer settings (``layer_types``:
+    sliding or full) follow."""
     n = teacher.config.num_hidden_layers
     keep = list(keep)
     if not keep or sorted(set(keep)) != keep or not 0 <= keep[0] <= keep[-1] < n:
@@ -87,14 +98,14 @@ def student_from_teacher(teacher: torch.nn.Module, keep: Sequence[int]) -> torch
             old, rest = key[len(prefix) + 1:].split(".", 1)
             if int(old) not in new_index:
                 continue
-            key = f"{prefix}.{new_index[int(old)]}.{rest}"
+            key, value = f"{prefix}.{new_index[int(old)]}.{rest}", value.clone()
         state[key] = value
-    with torch.device("cpu"), _no_init():            # every weight is loaded below: skip the random init
+    with torch.device("cpu"), _no_init():            # every weight is assigned below: skip the random init
         student = type(teacher)(cfg)
-    student.load_state_dict(state)                     # strict: a weight the state does not cover is an error
+    student.load_state_dict(state, assign=True)        # strict; assign: the tensors themselves, no second copy
     student.tie_weights()                              # a tied head is the embedding again, as in the teacher
     p = next(teacher.parameters())
-    return student.to(device=p.device, dtype=p.dtype).eval()
+    return student.to(device=p.device, dtype=p.dtype).eval()      # a no-op for the shared tensors
 
 
 def _no_init():
@@ -159,22 +170,30 @@ class Targets:
 
 
 @torch.no_grad()
-def teacher_targets(teacher: torch.nn.Module, ids: torch.Tensor, k: int = 32, batch: int = 8) -> Targets:
+def teacher_targets(teacher: torch.nn.Module, ids: torch.Tensor, k: int = 32, batch: int | None = None) -> Targets:
     """Run the teacher once over ``ids`` (rows, tokens) and keep the top-``k`` logits at every position."""
     return teacher_pass(teacher, ids, None, k, batch)[0]
 
 
+def rows_per_batch(tokens: int, vocab: int, most: int = 8, budget: int | None = None) -> int:
+    """How many rows of ``tokens`` tokens one forward takes so that its fp32 logits stay within ``budget`` bytes
+    (:data:`LOGITS_BUDGET` by default; at least 1, at most ``most``)."""
+    return max(1, min(most, (budget or LOGITS_BUDGET) // (tokens * vocab * 4)))
+
+
 @torch.no_grad()
 def teacher_pass(teacher: torch.nn.Module, ids: torch.Tensor, student: torch.nn.Module | None, k: int | None = None,
-                 batch: int = 8) -> tuple[torch.Tensor | Targets, torch.Tensor]:
+                 batch: int | None = None) -> tuple[torch.Tensor | Targets, torch.Tensor]:
     """Run the teacher once over ``ids`` (rows, tokens); returns (its logits, what reaches ``student``'s head).
 
     ``student`` is made of the teacher's first layers (:func:`student_from_teacher`). The teacher computes those
     layers on its way, so their output, through the final norm, is exactly :func:`head_inputs` of the student,
     without running the student (checked on the first row; where the model keeps its final norm elsewhere the
     student is run after all). With ``k`` the logits are kept as the top-``k`` :class:`Targets`. With no
-    ``student`` only the logits are returned (and None).
+    ``student`` only the logits are returned (and None). ``batch`` rows go through at once; by default as many
+    as keep one forward's logits within :data:`LOGITS_BUDGET` (at most 8).
     """
+    batch = batch or rows_per_batch(ids.shape[1], teacher.config.vocab_size)
     depth = student.config.num_hidden_layers if student is not None else 0
     norm = getattr(student.get_decoder(), "norm", None) if hasattr(student, "get_decoder") else None
     logits, vals, idx, exits = [], [], [], []
@@ -258,8 +277,9 @@ class HeldOut:
 @dataclass(frozen=True)
 class HeldReference:
     """What :func:`evaluate` needs from the teacher on a held-out text, computed once (:func:`held_reference`)."""
-    log_p: torch.Tensor      # (rows, tokens, vocab) the teacher's log-probabilities, fp32
-    p: torch.Tensor          # their exponential
+    log_p: torch.Tensor      # (rows, tokens, vocab) the teacher's log-probabilities, fp32 (their exponential is
+                             # taken a slice at a time: a second tensor of this size is what a large vocabulary
+                             # cannot afford)
     top: torch.Tensor        # (rows, tokens) the teacher's top token
     ids: torch.Tensor        # (rows, tokens) the text
     perplexity: float        # the teacher's own perplexity on the text
@@ -269,12 +289,28 @@ class HeldReference:
 def held_reference(teacher_logits: torch.Tensor, ids: torch.Tensor) -> HeldReference:
     """The teacher's side of :func:`evaluate`, once for every student scored on the same text."""
     log_p = torch.log_softmax(teacher_logits.float(), -1)
-    return HeldReference(log_p, log_p.exp(), teacher_logits.argmax(-1), ids, _perplexity(log_p, ids))
+    return HeldReference(log_p, teacher_logits.argmax(-1), ids, _perplexity(_next_token(log_p, ids)))
 
 
-def _perplexity(log_q: torch.Tensor, ids: torch.Tensor) -> float:
-    """exp(:func:`hard_loss`) from log-probabilities already computed: cross-entropy is NLL of the log-softmax."""
-    return math.exp(float(F.nll_loss(log_q[:, :-1].flatten(0, 1), ids[:, 1:].flatten())))
+def _next_token(log_q: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """log q of the text's own next token at every position but each row's last: (rows, tokens - 1)."""
+    return log_q[:, :-1].gather(-1, ids[:, 1:, None])[..., 0]
+
+
+def _perplexity(next_log_q: torch.Tensor) -> float:
+    """exp(:func:`hard_loss`) from the log-probabilities of the next tokens (:func:`_next_token`).
+
+    Cross-entropy is the NLL of the log-softmax; ``nll_loss`` over one column sums the same numbers in the same
+    order as over the whole vocabulary, so this is :func:`hard_loss` bit for bit.
+    """
+    flat = next_log_q.flatten()[:, None]
+    return math.exp(float(F.nll_loss(flat, torch.zeros(len(flat), dtype=torch.long))))
+
+
+def _slices(tokens: int, vocab: int) -> list[slice]:
+    """Slices of positions whose fp32 (positions, vocab) temporaries, four at a time, fit in :data:`LOGITS_BUDGET`."""
+    step = max(1, min(tokens, LOGITS_BUDGET // (4 * 4 * vocab)))
+    return [slice(i, min(i + step, tokens)) for i in range(0, tokens, step)]
 
 
 @torch.no_grad()
@@ -288,7 +324,17 @@ def evaluate(student_logits: torch.Tensor, teacher: torch.Tensor | HeldReference
     ref = teacher if isinstance(teacher, HeldReference) else held_reference(teacher, ids)
     if ids is not None and ids is not ref.ids and not torch.equal(ids, ref.ids):
         raise ValueError("ids differ from the text the held reference was computed on.")
-    log_q = torch.log_softmax(student_logits.float(), -1)
-    kl = float((ref.p * (ref.log_p - log_q)).sum(-1).mean())
+    rows, tokens, vocab = ref.log_p.shape
+    if student_logits.shape != ref.log_p.shape:
+        raise ValueError(f"The student's logits are shaped {tuple(student_logits.shape)}, the teacher's "
+                         f"{tuple(ref.log_p.shape)}: score both on the same text.")
+    kl = torch.empty(rows, tokens)                       # KL(teacher || student) at every position
+    next_log_q = torch.empty(rows, tokens - 1)
+    for r in range(rows):                                # a slice of positions at a time: see LOGITS_BUDGET
+        for s in _slices(tokens, vocab):
+            log_q, log_p = torch.log_softmax(student_logits[r, s].float(), -1), ref.log_p[r, s]
+            kl[r, s] = (log_p.exp() * (log_p - log_q)).sum(-1)
+            n = min(s.stop, tokens - 1) - s.start        # positions whose next token is in the row
+            next_log_q[r, s.start:s.start + n] = log_q[:n].gather(-1, ref.ids[r, s.start + 1:s.start + 1 + n, None])[:, 0]
     agree = float((student_logits.argmax(-1) == ref.top).float().mean())
-    return HeldOut(kl, _perplexity(log_q, ref.ids), agree)
+    return HeldOut(float(kl.mean()), _perplexity(next_log_q), agree)
