@@ -67,3 +67,28 @@ def test_live_as_a_cells_last_value_shows_its_controls_once():
             os.environ[controls.STATIC_ENV] = env_before
     views = [o for o in nb.cells[0].outputs if "application/vnd.jupyter.widget-view+json" in o.get("data", {})]
     assert len(views) == 1, [o.output_type for o in nb.cells[0].outputs]
+
+
+def test_live_fills_its_output_widget_itself_and_never_asks_the_front_end_to_capture(monkeypatch):
+    """Issue 25: `with out:` makes nbclient send each captured output back on the shell channel, which can stall
+    `jupyter nbconvert --execute` until the cell timeout; live() puts what its function shows into `out.outputs`."""
+    import ipywidgets
+    monkeypatch.delenv(controls.STATIC_ENV, raising=False)
+    captures = []
+    monkeypatch.setattr(ipywidgets.Output, "__enter__", lambda self: captures.append(self))
+
+    def fn(k):
+        print("k is", k)
+        print("10%\r50%\r100%")
+        if k == 3:
+            raise ZeroDivisionError("k is 3")
+        return k                                   # outside IPython, display() prints it
+
+    ui = controls.live(fn, k=controls.int_slider(1, 0, 5))
+    assert ui.out.outputs == ({"output_type": "stream", "name": "stdout", "text": "k is 1\n100%\n1\n"},)
+    ui.children[0].value = 3
+    (out, err) = ui.out.outputs
+    assert out["text"] == "k is 3\n100%\n" and err["output_type"] == "error" and err["ename"] == "ZeroDivisionError"
+    ui.children[0].value = 2
+    assert [o["output_type"] for o in ui.out.outputs] == ["stream"] and ui.out.outputs[0]["text"].startswith("k is 2")
+    assert captures == [] and ui.out.msg_id == ""

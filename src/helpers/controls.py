@@ -17,11 +17,24 @@ token by token), use :func:`stream_box` and set its ``value``. JupyterLab's outp
 widget, which :func:`live` draws into, drops ``update_display_data`` messages, so
 ``display(..., display_id=True).update(...)`` never shows there; a widget's value
 updates render in JupyterLab and in Voila alike.
+
+How :func:`live` fills its output widget (issue 25): the kernel itself puts what the function shows,
+prints or raises into the widget's ``outputs`` (:class:`_ShownIn`), the way ``Output.append_display_data``
+does. It does not use the widget as a context manager (``with out:``, what ``ipywidgets.interactive``
+does), which asks the *front end* to capture the cell's messages. nbclient (``jupyter nbconvert
+--execute``, papermill, myst-nb, Voila) plays that front end by sending each captured output back
+to the kernel on the shell channel while it is waiting there for the cell's reply, and jupyter_client
+sends through a blocking shadow of the asyncio socket, which swallows the wake-up of a reply that has just
+arrived: the run then stalls, kernel idle, until the cell timeout. Without capture, nbclient has nothing
+to send.
 """
 from __future__ import annotations
 
 import html
+import io
 import os
+import re
+import sys
 from typing import Callable
 
 STATIC_ENV = "MIC_STATIC"
@@ -75,11 +88,140 @@ def live(fn: Callable, **controls):
                 display(result)
 
     built = {k: v.build() if isinstance(v, Control) else v for k, v in controls.items()}
-    ui = widgets.interactive(shown, **built)
+    ui = _interactive_class()(shown, **built)
     display(ui)
     on_screen[0] = True
     ui.update()
     return Shown(ui)
+
+
+_INTERACTIVE = []     # scripts/stress-nbconvert.py --without-fix puts ipywidgets.interactive here
+
+
+def _interactive_class():
+    """``ipywidgets.interactive`` whose runs show their output through :class:`_ShownIn` (built once)."""
+    if not _INTERACTIVE:
+        import ipywidgets as widgets
+        from ipywidgets.widgets.interaction import show_inline_matplotlib_plots
+
+        class Interactive(widgets.interactive):
+            def update(self, *args):
+                """Run the function with the controls' values; what it shows replaces the previous run's
+                output once the new output arrives (``clear_output(wait=True)``, as ``interactive`` does)."""
+                self.kwargs = {w._kwarg: w.get_interact_value() for w in self.kwargs_widgets}
+                with _ShownIn(self.out) as shown:
+                    try:
+                        self.result = self.f(**self.kwargs)
+                        show_inline_matplotlib_plots()
+                        if self.auto_display and self.result is not None:
+                            from IPython.display import display
+                            display(self.result)
+                    except Exception:
+                        shown.traceback()
+
+        _INTERACTIVE.append(Interactive)
+    return _INTERACTIVE[0]
+
+
+_CARRIAGE_RETURN = re.compile(r".*\r(?=[^\n])")     # text a later \r on the same line overwrites
+_BACKSPACE = re.compile(r"[^\n]\x08")
+
+
+class _ShownIn:
+    """While open, what is displayed (in this thread), printed or raised goes into an Output widget's
+    ``outputs`` (each addition is sent to the browser at once), never onto the kernel's output channel.
+
+    The first new output replaces the previous run's outputs, so the old figure stays up until the new one
+    is ready. ``update_display_data`` is dropped, as JupyterLab's output widget does.
+    """
+
+    def __init__(self, out):
+        self.out = out
+        self.clear_next = True
+        self.streams = []
+
+    def __enter__(self):
+        from IPython import get_ipython
+        sys.stdout.flush()
+        sys.stderr.flush()
+        shell = get_ipython()
+        self.shell = shell
+        self.pub = getattr(shell, "display_pub", None)
+        if not hasattr(self.pub, "register_hook"):
+            self.pub = None
+        if self.pub is not None:
+            self.pub.register_hook(self._display_hook)
+        self.saved = sys.stdout, sys.stderr
+        sys.stdout, sys.stderr = _Stream(self, "stdout"), _Stream(self, "stderr")
+        return self
+
+    def __exit__(self, *exc):
+        sys.stdout, sys.stderr = self.saved
+        if self.pub is not None:
+            self.pub.unregister_hook(self._display_hook)
+        return False
+
+    def add(self, output: dict) -> None:
+        outputs = [] if self.clear_next else list(self.out.outputs)
+        self.clear_next = False
+        last = outputs[-1] if outputs else None
+        if (output["output_type"] == "stream" and last is not None and last["output_type"] == "stream"
+                and last["name"] == output["name"]):
+            output = dict(last, text=last["text"] + output["text"])
+            outputs.pop()
+        if output["output_type"] == "stream":
+            text = output["text"]
+            while True:
+                shorter = _BACKSPACE.sub("", text)
+                if shorter == text:
+                    break
+                text = shorter
+            output["text"] = _CARRIAGE_RETURN.sub("", text)
+        outputs.append(output)
+        self.out.outputs = tuple(outputs)
+
+    def _display_hook(self, msg):
+        kind, content = msg["msg_type"], msg["content"]
+        if kind == "display_data":
+            self.add({"output_type": "display_data", "data": content["data"],
+                      "metadata": content.get("metadata", {})})
+        elif kind == "clear_output":
+            if content.get("wait"):
+                self.clear_next = True
+            else:
+                self.out.outputs = ()
+        elif kind != "update_display_data":
+            return msg
+        return None
+
+    def traceback(self) -> None:
+        """Show the exception being handled, as a notebook shows an error."""
+        etype, value, tb = sys.exc_info()
+        if self.shell is None:
+            import traceback
+            lines = traceback.format_exception(etype, value, tb)
+        else:
+            lines = self.shell.InteractiveTB.structured_traceback(etype, value, tb)
+        self.add({"output_type": "error", "ename": etype.__name__, "evalue": str(value), "traceback": lines})
+
+
+class _Stream(io.TextIOBase):
+    """``sys.stdout`` / ``sys.stderr`` inside :class:`_ShownIn`: each write goes into the widget."""
+
+    def __init__(self, shown: _ShownIn, name: str):
+        self.shown, self.name = shown, name
+
+    def write(self, text: str) -> int:
+        if text:
+            self.shown.add({"output_type": "stream", "name": self.name, "text": text})
+        return len(text)
+
+    def writable(self) -> bool:
+        return True
+
+    @property
+    def encoding(self):
+        return "utf-8"
 
 
 class Shown:
