@@ -217,3 +217,29 @@ def test_sweep_rows_fastest_is_at_most_the_median(model):
     for r in phases.decode_sweep(model, BASE, [4, 8], repeats=3, warmup=0):
         assert 0 < r.fastest <= r.seconds
 
+
+
+def test_prefill_rows_keep_their_repeats_and_pool(model):
+    a, b = phases.prefill_sweep(model, BASE, [4, 8], repeats=2, warmup=0), \
+        phases.prefill_sweep(model, BASE, [4, 8], repeats=3, warmup=0)
+    for r in a + b:
+        assert r.fastest == min(r.times) and r.fastest_ms_per_token == pytest.approx(1e3 * r.fastest / r.tokens)
+    pooled = phases.pool_prefill_rows(a, b)
+    for p, x, y in zip(pooled, a, b):
+        assert p.tokens == x.tokens and p.times == x.times + y.times
+        assert p.fastest == min(x.fastest, y.fastest)
+        assert p.seconds == pytest.approx(sorted(p.times)[2])          # the median of the five repeats
+    with pytest.raises(ValueError):
+        phases.pool_prefill_rows(a, b[::-1])                         # lengths must line up
+    with pytest.raises(ValueError):
+        a[0].pooled(phases.PrefillRow(4, 0.1, 0.0, 0.1))              # a row without its repeats
+
+
+def test_prefill_agreement_known_values():
+    mk = lambda p, ttft: phases.TTFTRow(p, [phases.Stream(p, [1, 2], [ttft, ttft + 0.05])])  # noqa: E731
+    rows = [phases.PrefillRow(16, 0.09, 0.0, 0.06, (0.06, 0.12)), phases.PrefillRow(64, 0.2, 0.0, 0.2, (0.2,)),
+            phases.PrefillRow(1024, 3.0, 0.0, 2.0, (2.0, 4.0))]
+    got = phases.prefill_agreement(rows, [mk(16, 0.09), mk(128, 0.5), mk(1024, 2.0)])
+    assert got == pytest.approx({16: 1.5, 1024: 1.0})                # fastest runs, larger over smaller
+    with pytest.raises(ValueError):
+        phases.prefill_agreement(rows, [mk(128, 0.5)])                # no length in common

@@ -5,8 +5,9 @@ cannot download that model, but its *architecture* is public, so notebooks and
 tests build random-weight copies of it from :func:`qwen25_config` whenever a
 fact depends only on shapes (cache bytes, MAC counts). Its measured numbers
 are quoted beside ours, never instead of ours. Each value below is the
-chapter's, grouped by the section that quotes it; nothing else in the project
-should type these numbers again.
+chapter's, grouped by the section that quotes it, except the last block, which
+is marked as our own earlier measurement; nothing else in the project should
+type these numbers again.
 """
 from __future__ import annotations
 
@@ -82,7 +83,6 @@ S7_INT8_AGREEMENT = (142, 144)           # int8 per-row agrees with the referenc
 S7_CARELESS_INT8_PPL_COST = 0.5          # int8 per-tensor: +0.5 perplexity, no battery answers lost
 S7_NF4_VS_G128 = (6.5, 1)                # perplexity gap and battery questions between NF4 and group-128
 S7_REPETITION_PENALTY = 1.1              # the stock repetition penalty of the chapter's model (Qwen2.5-Instruct)
-S7_LLAMA_CPP_Q4_MS, S7_FP32_TRANSFORMERS_MS = 9.1, 55.0   # decode ms/token measured earlier on these machines
 
 # 8. Speculative decoding: the bold entry (alpha 0.30, c = 1/5: five forward passes' worth, 1.4 tokens kept)
 # and gamma = 8 at c = 0.1 (speed-up by alpha)
@@ -101,3 +101,13 @@ SEVENTY_B = dict(name="70B-class", layers=80, query_heads=64, kv_heads=8, head_d
 S10_13B_INT4_8GB = (6.2, 337)                # weights (GB), tokens of context that fit
 S10_16GB_INT8_TOKENS = {"7B": 65_378, "13B": 3_136}
 S10_KIB_PER_TOKEN = {"13B": 800, "7B": 128}
+
+
+# --------------------------------------------------------------------------- not the chapter's: our own measurement
+# Decode time per token of llama.cpp on the embedded SmolLM2-135M Q4_1 GGUF, measured by this project on its own
+# machines (2 CPU cores) on 2026-11-29, with llama-cpp-python 0.3.x built from source (GGML_NATIVE), 2 threads
+# (../shared/design-notes.md, "llama.cpp on the embedded Q4_1 GGUF"). The chapter quotes no such number. Building
+# llama.cpp takes minutes of compiling, so notebook 5 quotes it with this source instead of measuring it.
+OUR_LLAMA_CPP_Q4_MS = 9.1
+OUR_LLAMA_CPP_THREADS = 2
+OUR_LLAMA_CPP_HOW = "llama-cpp-python 0.3 built from source for this CPU, on 2026-11-29"

@@ -88,14 +88,41 @@ class PrefillRow:
     seconds: float         # median time of one prefill pass over all P tokens
     spread: float          # (max - min) / median of the repeats
     fastest: float         # the fastest repeat (s)
+    times: tuple[float, ...] = ()   # every timed repeat (s), so that a fresh measurement can be pooled in
 
     @property
     def ms_per_token(self) -> float:
+        """Median pass, per prompt token (ms)."""
         return 1e3 * self.seconds / self.tokens
+
+    @property
+    def fastest_ms_per_token(self) -> float:
+        """Fastest pass, per prompt token (ms): the least disturbed estimate on a shared machine."""
+        return 1e3 * self.fastest / self.tokens
 
     @property
     def tokens_per_second(self) -> float:
         return self.tokens / self.seconds
+
+    def pooled(self, other: "PrefillRow") -> "PrefillRow":
+        """This row's repeats and ``other``'s (a fresh measurement of the same length, taken later) as one row."""
+        if other.tokens != self.tokens:
+            raise ValueError(f"only rows of the same prompt length pool, got {self.tokens} and {other.tokens}.")
+        if not self.times or not other.times:
+            raise ValueError("a row without its repeats (times) cannot be pooled: measure it with prefill_sweep.")
+        return _prefill_row(self.tokens, Timing(statistics.median(self.times + other.times),
+                                                list(self.times + other.times)))
+
+
+def _prefill_row(tokens: int, timed: Timing) -> PrefillRow:
+    return PrefillRow(tokens, timed.median, timed.spread, timed.min, tuple(timed.times))
+
+
+def pool_prefill_rows(earlier: Sequence[PrefillRow], fresh: Sequence[PrefillRow]) -> list[PrefillRow]:
+    """Pool two sweeps over the same lengths, row by row (``combine`` for :func:`helpers.measure_checked`)."""
+    if [r.tokens for r in earlier] != [r.tokens for r in fresh]:
+        raise ValueError("only sweeps over the same prompt lengths, in the same order, pool.")
+    return [a.pooled(b) for a, b in zip(earlier, fresh)]
 
 
 def prefill_sweep(model, base_ids: torch.Tensor, lengths: Sequence[int], repeats: int = 3,
@@ -105,7 +132,7 @@ def prefill_sweep(model, base_ids: torch.Tensor, lengths: Sequence[int], repeats
     prompts = {p: prompt_of_length(base_ids, p) for p in lengths}
     cases = {p: (lambda ids=ids: kv_cache.prefill(model, ids)) for p, ids in prompts.items()}
     timed = interleaved_medians(cases, repeats=repeats, warmup=warmup)
-    return [PrefillRow(p, timed[p].median, timed[p].spread, timed[p].min) for p in lengths]
+    return [_prefill_row(p, timed[p]) for p in lengths]
 
 
 @dataclass(frozen=True)
@@ -261,6 +288,20 @@ class TTFTRow:
     def typical(self) -> Stream:
         """The repeat with the median time to first token (the one to draw)."""
         return sorted(self.streams, key=lambda s: s.ttft)[(len(self.streams) - 1) // 2]
+
+
+def prefill_agreement(prefill_rows: Sequence[PrefillRow], ttft_rows: Sequence[TTFTRow]) -> dict[int, float]:
+    """How well two measurements of the same prefill agree, at every prompt length both of them timed.
+
+    A time to first token *is* a prefill of the prompt (plus picking one token), so a prefill table and a TTFT table
+    timed at different moments imply the same cost per prompt token, unless one of them was disturbed. Returns
+    ``{P: larger / smaller}`` of the two per-token costs, each read off its fastest run (1.0 = perfect agreement).
+    """
+    ttft = {r.prompt_tokens: r.fastest_ttft for r in ttft_rows}
+    shared = {r.tokens: r.fastest for r in prefill_rows if r.tokens in ttft}
+    if not shared:
+        raise ValueError("the two tables share no prompt length: time both at one length at least.")
+    return {p: max(t, ttft[p]) / min(t, ttft[p]) for p, t in shared.items()}
 
 
 def ttft_sweep(model, base_ids: torch.Tensor, prompt_lengths: Sequence[int], n_new: int = 16,
