@@ -40,3 +40,14 @@ def test_slider_figure_rejects_bad_input():
 def test_plotly_js_is_available_offline():
     import os
     assert os.path.getsize(plotting.plotly_js_path()) > 1_000_000
+
+
+def test_static_figures_are_drawn_again_when_plotly_leaves_the_data_off_the_axes():
+    """plotly.js can leave the traces' layer at the first top margin while the axes move down (plotly.js
+    issue 7750; issue 25 here): the loader checks every subplot after each draw and redraws a misplaced one.
+    tests/test_book_browser.py checks the result in a browser, point by point."""
+    fig = plotting.figure("a title long enough to be wrapped onto a second line by the chapter's renderer", "x", "y")
+    fig.add_scatter(x=[1, 2], y=[3, 4], name="a")
+    html = pio.renderers["mic"].to_mimebundle(fig.to_dict())["text/html"]
+    assert "plotly_afterplot" in html and "Plotly.redraw(gd)" in html and "_offset" in html
+    assert html.count("Plotly.newPlot(") == 1

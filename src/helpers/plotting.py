@@ -7,7 +7,9 @@ representations of every figure:
 * ``application/vnd.plotly.v1+json``: what JupyterLab draws, live;
 * ``text/html``: a ``<div>`` plus a tiny loader that fetches one local copy of
   ``plotly.min.js`` from the site root. The Jupyter Book build picks this one
-  (see ``book/_config.yml``), so pages stay small and need no CDN.
+  (see ``book/_config.yml``), so pages stay small and need no CDN. After every
+  draw the loader checks that each subplot's data layer sits on its axes and
+  draws once more where plotly.js left it behind (issue 25).
 
 ``slider_figure`` is the static half of the chapter's control pattern: a
 plotly slider that switches between precomputed traces, which works on a page
@@ -167,7 +169,29 @@ _LOADER = """<div id="{id}" class="mic-plotly" style="width:100%;height:{height}
 <script type="text/javascript">
 (function() {{
   var spec = {spec};
-  function draw() {{ Plotly.newPlot("{id}", spec.data, spec.layout, {config}); }}
+  // plotly.js draws the traces' layer before it knows the title's height when a legend or a slider also
+  // moves the margins (plotly.js issue 7750): the axes move down, the data stays. Wherever a subplot's
+  // layer is away from its axes after a draw (the first, or one a slider asks for), draw once more: the
+  // margins are known by then.
+  window.__micRealign = window.__micRealign || function(gd) {{
+    var plots = (gd._fullLayout && gd._fullLayout._plots) || {{}};
+    var away = Object.keys(plots).some(function(k) {{
+      var p = plots[k], node = p.plot && p.plot.node && p.plot.node();
+      var t = node && node.transform.baseVal.consolidate();
+      return !!(t && p.xaxis && p.yaxis) &&
+        (Math.abs(t.matrix.e - p.xaxis._offset) > 0.5 || Math.abs(t.matrix.f - p.yaxis._offset) > 0.5);
+    }});
+    if (!away) {{ gd.__micRedraws = 0; return; }}
+    gd.__micRedraws = (gd.__micRedraws || 0) + 1;
+    if (gd.__micRedraws <= 2) Plotly.redraw(gd);
+  }};
+  function draw() {{
+    var gd = document.getElementById("{id}");
+    Plotly.newPlot(gd, spec.data, spec.layout, {config}).then(function() {{
+      gd.on("plotly_afterplot", function() {{ window.__micRealign(gd); }});
+      window.__micRealign(gd);
+    }});
+  }}
   if (window.Plotly) {{ draw(); return; }}
   window.__micQueue = window.__micQueue || [];
   window.__micQueue.push(draw);
