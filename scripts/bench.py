@@ -104,7 +104,7 @@ def run(path: Path, timeout: int) -> dict:
     import jupytext
     from nbclient import NotebookClient
 
-    from helpers.notebook_client import wake_up_lost_messages
+    from mic_tools.notebook_client import wake_up_lost_messages
     wake_up_lost_messages()
 
     nb = jupytext.read(path)

@@ -1,7 +1,7 @@
 """Execute a jupytext notebook, keep going past errors, and print each cell's time, errors and text output."""
 import sys, time
 import jupytext, nbclient
-from helpers.notebook_client import wake_up_lost_messages
+from mic_tools.notebook_client import wake_up_lost_messages
 wake_up_lost_messages()         # a lost ZeroMQ wake-up costs half a second, not the cell timeout
 nb = jupytext.read(sys.argv[1])
 client = nbclient.NotebookClient(nb, timeout=1800, allow_errors=True, kernel_name="python3")

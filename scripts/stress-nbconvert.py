@@ -37,8 +37,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 WITHOUT_FIX = ("# stress-nbconvert --without-fix: live() captures with `with out:` again, as before issue 25\n"
-               "import ipywidgets\nimport helpers.controls\n"
-               "helpers.controls._INTERACTIVE[:] = [ipywidgets.interactive]")
+               "import ipywidgets\nimport helpers.infra.controls\n"
+               "helpers.infra.controls._INTERACTIVE[:] = [ipywidgets.interactive]")
 
 
 def stamp(s: str) -> dt.datetime:

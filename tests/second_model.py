@@ -10,7 +10,7 @@ so this builds a tiny random-weight Gemma-3-style model that differs on purpose:
 * a single KV head of dimension 32, extra norms (Gemma's pre/post feed-forward norms,
   q/k norms), other layer names;
 * its own tokenizer: a byte-level BPE of 2,048 tokens (SmolLM2 has 49,152), trained when the
-  model is built on the chapter's corpus (``helpers.corpus``), so nothing is downloaded. A small
+  model is built on the chapter's corpus (``helpers.infra.corpus``), so nothing is downloaded. A small
   vocabulary also keeps the output layer, which dominates so small a model, from dominating the
   tests' time;
 * saved as a local Hugging Face folder (not a GGUF), so GGUF-only parts must skip.
@@ -37,7 +37,7 @@ def tokenizer():
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    from helpers.corpus import load_text
+    from helpers.infra.corpus import load_text
 
     bpe = Tokenizer(models.BPE())
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from helpers import attention
+from helpers import s01_attention as attention
 
 
 def test_cached_step_equals_uncached_step():
@@ -57,7 +57,7 @@ def test_dims_from_config():
 
 
 def test_counted_flops_match_the_mac_count_on_a_real_model(tiny_llama):
-    from helpers import kv_cache
+    from helpers import s01_kv_cache as kv_cache
     d = attention.Dims.from_config(tiny_llama.config)
     ids = torch.randint(0, 97, (1, 9), generator=torch.Generator().manual_seed(0))
     _, cache = kv_cache.forward(tiny_llama, ids[:, :8], cache=kv_cache.new_cache(tiny_llama))

@@ -6,11 +6,11 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from helpers import batching as bt
-from helpers import scheduling as sc
-from helpers import slots as sl
-from helpers import solo as so
-from helpers import kv_cache as kc
+from helpers import s04_batching as bt
+from helpers import s04_scheduling as sc
+from helpers import s04_slots as sl
+from helpers import s04_solo as so
+from helpers import s01_kv_cache as kc
 
 
 @pytest.fixture(scope="module")

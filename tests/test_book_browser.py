@@ -416,7 +416,7 @@ def sample_figures():
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
-    from helpers import plotting
+    from helpers.infra import plotting
     long = "a title long enough to be wrapped onto a second line by the chapter's renderer"
     lines = plotting.figure("Lines, markers, steps: " + long, x="k", y="v(k)")
     lines.add_scatter(x=list(range(1, 10)), y=[1 + 0.1 * k for k in range(9)], mode="lines+markers", name="a")
@@ -453,7 +453,7 @@ def sample_page(browser, tmp_path_factory):
     """The sample figures on one page, as the chapter's renderer writes them, with plotly.js beside it."""
     import plotly.io as pio
 
-    from helpers import plotting
+    from helpers.infra import plotting
     folder = tmp_path_factory.mktemp("figures")
     shutil.copyfile(plotting.plotly_js_path(), folder / plotting.PLOTLY_JS_NAME)
     divs = "".join(pio.renderers["mic"].to_mimebundle(f.to_dict())["text/html"] for f in sample_figures())

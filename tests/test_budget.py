@@ -3,8 +3,9 @@ from fractions import Fraction
 
 import pytest
 
-from helpers import budget, chapter
-from helpers.cache_size import kv_bytes_per_token
+from helpers.infra import chapter
+from helpers import s10_budget as budget
+from helpers.s03_cache_size import kv_bytes_per_token
 
 
 def test_the_chapters_three_quoted_numbers_are_reproduced_exactly():

@@ -5,9 +5,9 @@ import pytest
 import torch
 from transformers import LlamaConfig
 
-from helpers import cache_calculator as calc
-from helpers import cache_size as cs
-from helpers import kv_cache
+from helpers import s03_cache_calculator as calc
+from helpers import s03_cache_size as cs
+from helpers import s01_kv_cache as kv_cache
 
 
 def tiny_config(layers=2, heads=4, kv_heads=2, head_dim=8, hidden=32, mlp=16, vocab=64, **kw):

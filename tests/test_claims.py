@@ -1,7 +1,8 @@
-"""helpers.claims: asserted on the default model, reported elsewhere; timing claims get a second run."""
+"""helpers.infra.claims: asserted on the default model, reported elsewhere; timing claims get a second run."""
 import pytest
 
-from helpers import claims
+from helpers.infra import claims
+from helpers.infra.messages import message
 
 
 @pytest.fixture
@@ -73,7 +74,7 @@ def growth_checks(r):
 
 def test_measure_checked_measures_afresh_shows_the_failed_run_and_returns_the_last(asserting, monkeypatch):
     shown = []
-    monkeypatch.setattr("helpers.controls.say", shown.append)
+    monkeypatch.setattr(claims, "say", lambda t, **f: shown.append(message(t, **f)))
     measure, calls = runs_of(1.1, 1.4, 1.5)
     result, checks = claims.measure_checked(measure, growth_checks)
     assert (result, len(calls)) == (1.4, 2)
@@ -83,14 +84,14 @@ def test_measure_checked_measures_afresh_shows_the_failed_run_and_returns_the_la
 
 def test_measure_checked_keeps_a_run_where_every_check_holds(asserting, monkeypatch):
     shown = []
-    monkeypatch.setattr("helpers.controls.say", shown.append)
+    monkeypatch.setattr(claims, "say", lambda t, **f: shown.append(message(t, **f)))
     measure, calls = runs_of(1.4, 1.5)
     assert claims.measure_checked(measure, growth_checks) == (1.4, growth_checks(1.4))
     assert (len(calls), shown) == (1, [])
 
 
 def test_measure_checked_hands_a_repeated_failure_to_claim(asserting, monkeypatch):
-    monkeypatch.setattr("helpers.controls.say", lambda m: None)
+    monkeypatch.setattr(claims, "say", lambda t, **f: None)
     measure, calls = runs_of(1.0, 1.1, 1.15, 1.5)
     result, checks = claims.measure_checked(measure, growth_checks)          # three measurements in all
     assert (result, len(calls)) == (1.15, 3)
@@ -102,7 +103,7 @@ def test_measure_checked_hands_a_repeated_failure_to_claim(asserting, monkeypatc
 
 def test_measure_checked_pools_fresh_runs_with_earlier_ones(asserting, monkeypatch):
     shown = []
-    monkeypatch.setattr("helpers.controls.say", shown.append)
+    monkeypatch.setattr(claims, "say", lambda t, **f: shown.append(message(t, **f)))
     measure, calls = runs_of([1.1], [1.0], [1.4], [9.0])       # each "run" a list of ratios; pooled, the best one
     result, checks = claims.measure_checked(measure, lambda r: growth_checks(max(r)), combine=lambda a, b: a + b)
     assert (result, len(calls)) == ([1.1, 1.0, 1.4], 3) and checks["grows"][0]
@@ -110,7 +111,7 @@ def test_measure_checked_pools_fresh_runs_with_earlier_ones(asserting, monkeypat
 
 
 def test_measure_checked_measures_once_where_claims_are_reported(reporting, monkeypatch):
-    monkeypatch.setattr("helpers.controls.say", lambda m: None)
+    monkeypatch.setattr(claims, "say", lambda t, **f: None)
     measure, calls = runs_of(1.0, 1.5)
     result, checks = claims.measure_checked(measure, growth_checks)
     assert (result, len(calls), checks["grows"][0]) == (1.0, 1, False)

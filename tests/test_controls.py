@@ -1,4 +1,4 @@
-from helpers import controls
+from helpers.infra import controls
 
 
 def test_live_shows_nothing_on_the_static_site(monkeypatch):
@@ -56,7 +56,7 @@ def test_live_as_a_cells_last_value_shows_its_controls_once():
 
     src = Path(__file__).resolve().parents[1] / "src"
     cell = nbformat.v4.new_code_cell(f"import sys; sys.path.insert(0, {str(src)!r})\n"
-                                     "from helpers.controls import live, int_slider\n"
+                                     "from helpers.infra.controls import live, int_slider\n"
                                      "live(lambda a: a * 2, a=int_slider(1, 0, 5, 1, 'a'))")
     nb = nbformat.v4.new_notebook(cells=[cell])
     env_before = os.environ.pop(controls.STATIC_ENV, None)

@@ -3,7 +3,7 @@ import hashlib
 import pytest
 import torch
 
-from helpers import corpus
+from helpers.infra import corpus
 
 
 class CharTokenizer:

@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from helpers import distillation as D
+from helpers import s09_distillation as D
 
 
 def test_ratios_at_temperature_two_are_square_roots_of_ratios_at_one():
@@ -26,7 +26,7 @@ def test_a_student_keeping_every_layer_is_the_teacher(tiny_llama):
 
 
 def test_a_student_ties_its_head_to_its_embedding_as_the_teacher_does(tiny_llama):
-    from helpers.model import param_count
+    from helpers.infra.model import param_count
     student = D.student_from_teacher(tiny_llama, [1])
     tied = tiny_llama.get_output_embeddings().weight is tiny_llama.get_input_embeddings().weight
     assert (student.get_output_embeddings().weight is student.get_input_embeddings().weight) == tied

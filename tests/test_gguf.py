@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import gguf as G
-from helpers import quantization as Q
+from helpers import s05_gguf as G
+from helpers import s05_quantization as Q
 
 gq = pytest.importorskip("gguf.quants")
 from gguf import GGMLQuantizationType as T  # noqa: E402
@@ -54,7 +54,7 @@ def test_names_and_bad_input():
 
 
 def test_the_embedded_gguf_is_on_a_q4_1_grid():
-    from helpers.model import ModelNotAvailable, embedded_gguf_path
+    from helpers.infra.model import ModelNotAvailable, embedded_gguf_path
     try:
         path = str(embedded_gguf_path())
         codes, d, m = G.read_q4_1("model.layers.0.mlp.down_proj.weight")
@@ -73,7 +73,7 @@ def test_the_embedded_gguf_is_on_a_q4_1_grid():
 
 @pytest.fixture(scope="module")
 def embedded_path():
-    from helpers.model import ModelNotAvailable, embedded_gguf_path
+    from helpers.infra.model import ModelNotAvailable, embedded_gguf_path
     try:
         return str(embedded_gguf_path())
     except ModelNotAvailable:

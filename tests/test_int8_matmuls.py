@@ -1,4 +1,4 @@
-"""helpers.int8_matmuls computes the same bits as its earlier, slower form.
+"""helpers.s06_int8_matmuls computes the same bits as its earlier, slower form.
 
 The codes used to be float64 (8 bytes per weight), weight-only dequantized in float64, and
 ``emulated_linears`` replaced each layer's output with a forward hook after the layer had computed its fp32
@@ -10,8 +10,8 @@ import copy
 import pytest
 import torch
 
-from helpers import int8_matmuls as M
-from helpers.quantization import absmax_quantize
+from helpers import s06_int8_matmuls as M
+from helpers.s05_quantization import absmax_quantize
 
 # --------------------------------------------------------------------------- the earlier implementations
 
@@ -150,7 +150,7 @@ def old_emulated_logits(model, ids, scheme, names, x_max):
 
 @pytest.mark.parametrize("scheme", list(M.MATMULS))
 def test_emulated_linears_match_the_hook_version_and_skip_the_fp32_product(tiny, scheme, monkeypatch):
-    from helpers import outliers as O
+    from helpers import s06_outliers as O
     model, ids = tiny
     names = [n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear) and n != "lm_head"]
     x_max = {n: O.dimension_maxima(x) for n, x in O.linear_inputs(model, ids, names).items()}

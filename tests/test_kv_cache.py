@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from helpers import kv_cache
+from helpers import s01_kv_cache as kv_cache
 
 
 def prompt(n=7, seed=1):

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from helpers import measure
+from helpers.infra import measure
 
 
 def test_time_it_median_and_repeats():
@@ -38,7 +38,7 @@ def test_peak_memory_does_not_count_what_existed_before():
 
 
 def test_peak_memory_sees_a_growing_kv_cache(tiny_llama):
-    from helpers import kv_cache
+    from helpers import s01_kv_cache as kv_cache
     ids = torch.randint(0, 97, (1, 10))
     # 2 layers x K,V x 2 kv heads x 16 dims x 4 bytes = 512 bytes per token; 10 + 9 tokens at the end
     store = {}
@@ -49,7 +49,31 @@ def test_peak_memory_sees_a_growing_kv_cache(tiny_llama):
 
 
 def test_pooled_timings_keep_every_repeat():
-    from helpers.measure import Timing
+    from helpers.infra.measure import Timing
     a, b = Timing(2.0, [3.0, 2.0, 1.0]), Timing(5.0, [5.0, 0.5])
     p = a.pooled(b)
     assert (p.times, p.median, p.min) == ([3.0, 2.0, 1.0, 5.0, 0.5], 2.0, 0.5)
+
+
+def test_interleaved_medians_order_and_medians(monkeypatch):
+    clock = {"t": 0.0}
+    monkeypatch.setattr(measure, "now", lambda: clock["t"])
+    calls = []
+    durations = {"a": iter([9.0, 1.0, 2.0, 3.0]), "b": iter([9.0, 10.0, 30.0, 20.0])}
+
+    def make(k):
+        def fn():
+            calls.append(k)
+            clock["t"] += next(durations[k])
+        return fn
+
+    out = measure.interleaved_medians({"a": make("a"), "b": make("b")}, repeats=3, warmup=1)
+    assert calls == ["a", "b"] * 4                      # warm-up round, then 3 interleaved rounds
+    assert out["a"].times == [1.0, 2.0, 3.0] and out["a"].median == 2.0
+    assert out["b"].times == [10.0, 30.0, 20.0] and out["b"].median == 20.0
+
+
+@pytest.mark.parametrize("kw", [dict(repeats=0), dict(warmup=-1)])
+def test_interleaved_medians_rejects_bad_counts(kw):
+    with pytest.raises(ValueError):
+        measure.interleaved_medians({0: lambda: None}, **kw)

@@ -2,7 +2,7 @@ import importlib.metadata
 
 import pytest
 
-from helpers import model as M
+from helpers.infra import model as M
 
 
 def test_missing_package_says_what_to_install(monkeypatch):
@@ -37,7 +37,7 @@ def test_setting_resolution(tmp_path, monkeypatch):
 
 def test_embedded_model_loads_from_cache_and_answers(tmp_path_factory):
     import torch
-    from helpers.kv_cache import generate_cached
+    from helpers.s01_kv_cache import generate_cached
     M.load_model()                          # make sure the fp32 copy exists
     lm = M.load_model()
     assert lm.from_cache and lm.load_seconds < 10

@@ -6,7 +6,7 @@ from queue import Empty
 
 import pytest
 
-from helpers import notebook_client
+from mic_tools import notebook_client
 
 
 class DeafSocket:
@@ -91,7 +91,7 @@ STALL_S = 10
 
 def widget_heavy_notebook():
     import nbformat
-    cells = ["import plotly.graph_objects as go\nfrom helpers.controls import int_slider, live"]
+    cells = ["import plotly.graph_objects as go\nfrom helpers.infra.controls import int_slider, live"]
     cells += [f"def shown_{i}(n):\n    print('n =', n)\n"                  # a line of text and a figure of some size
               f"    return go.Figure(go.Scatter(y=[k % 7 for k in range(n * 400)]))\n\n"
               f"live(shown_{i}, n=int_slider(5, 1, 9, 1, 'n'));" for i in range(LIVE_CELLS)]

@@ -1,12 +1,12 @@
-"""Tests for helpers.outliers: exact values, identities, and behaviour on a tiny random Llama."""
+"""Tests for helpers.s06_outliers: exact values, identities, and behaviour on a tiny random Llama."""
 import math
 
 import pytest
 import torch
 
-from helpers import int8_matmuls as M
-from helpers import outliers as O
-from helpers.quantization import absmax_quantize
+from helpers import s06_int8_matmuls as M
+from helpers import s06_outliers as O
+from helpers.s05_quantization import absmax_quantize
 
 
 @pytest.fixture(scope="module")
@@ -206,7 +206,7 @@ def test_emulated_linears_replace_and_restore(tiny):
 
 def test_greedy_agreement_with_itself_and_real_kernel(tiny):
     model, ids = tiny
-    from helpers.kv_cache import generate_cached
+    from helpers.s01_kv_cache import generate_cached
     prompt = ids[:, :4]
     ref = generate_cached(model, prompt, 5)                  # the model's own greedy continuation
     assert M.greedy_choices(model, prompt, ref).shape == (5,)

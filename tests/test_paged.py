@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from helpers import paged as pg
+from helpers import s04_paged as pg
 
 
 def test_allocator_hands_out_every_block_once_then_refuses():

@@ -1,11 +1,11 @@
-"""Tests for helpers.phases on tiny random-init models (no download, seconds to run)."""
+"""Tests for helpers.s02_phases on tiny random-init models (no download, seconds to run)."""
 
 import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from helpers import kv_cache, phases, roofline
-from helpers.model import weight_bytes
+from helpers import s01_kv_cache as kv_cache, s02_phases as phases, s02_roofline as roofline
+from helpers.infra.model import weight_bytes
 
 LAYERS, HIDDEN, HEADS, KV_HEADS, HEAD_DIM, MLP, VOCAB = 2, 64, 4, 2, 16, 128, 256
 
@@ -46,30 +46,6 @@ def test_prompt_of_length_rejects_bad_n(n):
 def test_prompt_of_length_rejects_empty_base():
     with pytest.raises(ValueError):
         phases.prompt_of_length(torch.zeros(1, 0, dtype=torch.long), 4)
-
-
-def test_interleaved_medians_order_and_medians(monkeypatch):
-    clock = {"t": 0.0}
-    monkeypatch.setattr(phases, "now", lambda: clock["t"])
-    calls = []
-    durations = {"a": iter([9.0, 1.0, 2.0, 3.0]), "b": iter([9.0, 10.0, 30.0, 20.0])}
-
-    def make(k):
-        def fn():
-            calls.append(k)
-            clock["t"] += next(durations[k])
-        return fn
-
-    out = phases.interleaved_medians({"a": make("a"), "b": make("b")}, repeats=3, warmup=1)
-    assert calls == ["a", "b"] * 4                      # warm-up round, then 3 interleaved rounds
-    assert out["a"].times == [1.0, 2.0, 3.0] and out["a"].median == 2.0
-    assert out["b"].times == [10.0, 30.0, 20.0] and out["b"].median == 20.0
-
-
-@pytest.mark.parametrize("kw", [dict(repeats=0), dict(warmup=-1)])
-def test_interleaved_medians_rejects_bad_counts(kw):
-    with pytest.raises(ValueError):
-        phases.interleaved_medians({0: lambda: None}, **kw)
 
 
 def test_interleaved_medians_rejects_no_cases():

@@ -4,7 +4,7 @@ import plotly.graph_objects as go
 import plotly.io as pio
 import pytest
 
-from helpers import plotting
+from helpers.infra import plotting
 
 
 def test_renderer_emits_plotly_json_and_self_loading_html():

@@ -3,9 +3,9 @@ import math
 import pytest
 import torch
 
-from helpers import battery as B
-from helpers import quality as QL
-from helpers import quantization as Q
+from helpers import s07_battery as B
+from helpers import s07_quality as QL
+from helpers import s05_quantization as Q
 
 
 def _positions(vocab=97, rows=3, width=6, n_new=8, seed=0):
@@ -85,7 +85,7 @@ def test_only_full_attention_models_share_an_opening(tiny_llama, second_model_di
     from transformers import AutoModelForCausalLM
     sliding = AutoModelForCausalLM.from_pretrained(second_model_dir).eval()
     assert QL.can_share_prefix(tiny_llama) and not QL.can_share_prefix(sliding)
-    from helpers import kernels as K
+    from helpers import s05_kernels as K
     assert not QL.can_share_prefix(K.with_kernel(tiny_llama, "int8 dynamic (torch.ao)"))   # batch-wide scales
     assert QL.can_share_prefix(K.with_kernel(tiny_llama, "int8 weight-only"))
     ids, mask, shared = QL.prefix_padded([torch.tensor([[1, 2, 3]]), torch.tensor([[1, 2, 4, 5]])], pad_id=0)
@@ -239,7 +239,7 @@ def test_the_table_has_the_reference_and_six_schemes():
 
 
 def test_weight_only_kernels_compute_exactly_their_fake_quantized_schemes():
-    from helpers import kernels as K
+    from helpers import s05_kernels as K
     torch.manual_seed(0)
     lin = torch.nn.Linear(128, 96, bias=True)
     x = torch.randn(3, 128)
@@ -252,7 +252,7 @@ def test_weight_only_kernels_compute_exactly_their_fake_quantized_schemes():
 
 
 def test_int8_weight_only_reads_a_prompt_with_one_matmul_and_gets_the_kernels_answer():
-    from helpers import kernels as K
+    from helpers import s05_kernels as K
     torch.manual_seed(1)
     lin = torch.nn.Linear(128, 96, bias=False)
     kernel = K.Int8WeightOnlyLinear(lin)
@@ -265,7 +265,7 @@ def test_int8_weight_only_reads_a_prompt_with_one_matmul_and_gets_the_kernels_an
 
 
 def test_with_kernel_replaces_only_the_projections_and_counts_fewer_bytes(tiny_llama):
-    from helpers import kernels as K
+    from helpers import s05_kernels as K
     fp32 = K.linear_bytes(tiny_llama)
     q8 = K.with_kernel(tiny_llama, "int8 weight-only")
     assert isinstance(q8.model.layers[0].mlp.down_proj, K.Int8WeightOnlyLinear)
@@ -278,7 +278,7 @@ def test_with_kernel_replaces_only_the_projections_and_counts_fewer_bytes(tiny_l
 
 
 def test_building_a_kernel_copy_leaves_the_model_as_it_was(tiny_llama):
-    from helpers import kernels as K
+    from helpers import s05_kernels as K
     before = {n: p.clone() for n, p in tiny_llama.named_parameters()}
     ids = torch.randint(0, 97, (1, 6), generator=torch.Generator().manual_seed(9))
     with torch.no_grad():

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import quantization as Q
+from helpers import s05_gguf as G
+from helpers import s05_quantization as Q
 
 
 def weights(*shape, seed=0, outlier=None):
@@ -259,31 +260,31 @@ def test_nf4_bits_as_bitsandbytes_stores_them():
 
 def test_q4_1_known_block_and_bits():
     w = torch.arange(32, dtype=torch.float32) / 31         # 0..1 in 31 steps onto 15 steps
-    q, d, m = Q.q4_1_quantize(w)
+    q, d, m = G.q4_1_quantize(w)
     assert float(m) == 0.0 and float(d) == float(torch.tensor(1 / 15).half())
     assert q[0] == 0 and q[-1] == 15
-    assert Q.bits_per_weight(4, Q.Q4_1_BLOCK, zero_bits=16) == 5.0
+    assert Q.bits_per_weight(4, G.Q4_1_BLOCK, zero_bits=16) == 5.0
 
 
 def test_q4_1_of_q4_1_weights_is_the_identity():
     """Weights that already sit on a Q4_1 grid (like our reference) come back unchanged."""
     W = weights(16, 64, outlier=0.3)
-    once = Q.q4_1_dequantize(*Q.q4_1_quantize(W))
-    q2, d2, m2 = Q.q4_1_quantize(once)
-    assert torch.equal(Q.q4_1_dequantize(q2, d2, m2), once)
+    once = G.q4_1_dequantize(*G.q4_1_quantize(W))
+    q2, d2, m2 = G.q4_1_quantize(once)
+    assert torch.equal(G.q4_1_dequantize(q2, d2, m2), once)
     assert Q.relative_error(W, once) > 0.01
 
 
 def test_q4_1_error_estimate_predicts_the_measured_error_on_gaussian_weights():
     for shape, std in (((256, 576), 1.0), ((64, 1536), 0.02)):
         W = torch.randn(*shape, generator=torch.Generator().manual_seed(2)) * std
-        measured = Q.relative_error(W, Q.q4_1_dequantize(*Q.q4_1_quantize(W)))
-        assert Q.q4_1_error_estimate(W) == pytest.approx(measured, rel=0.02)
+        measured = Q.relative_error(W, G.q4_1_dequantize(*G.q4_1_quantize(W)))
+        assert G.q4_1_error_estimate(W) == pytest.approx(measured, rel=0.02)
 
 
 def test_q4_1_refuses_rows_that_do_not_split_into_blocks():
     with pytest.raises(ValueError, match="does not divide"):
-        Q.q4_1_quantize(weights(3, 10))
+        G.q4_1_quantize(weights(3, 10))
 
 
 # --------------------------------------------------------------------------- bookkeeping

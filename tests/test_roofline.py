@@ -1,12 +1,12 @@
-"""Tests for helpers.roofline (bandwidth, bytes and FLOPs of a step) on tiny random-init models."""
+"""Tests for helpers.s02_roofline (bandwidth, bytes and FLOPs of a step) on tiny random-init models."""
 import copy
 import warnings
 
 import pytest
 import torch
 
-from helpers import roofline
-from helpers.model import weight_bytes
+from helpers import s02_roofline as roofline
+from helpers.infra.model import weight_bytes
 
 from test_phases import HEAD_DIM, HEADS, HIDDEN, KV_HEADS, LAYERS, MLP, VOCAB, tiny   # the same tiny Llama
 
@@ -93,7 +93,7 @@ def test_linear_layers_are_every_matrix(model):
 
 
 def test_prefill_is_the_work_of_p_cached_steps(model):
-    from helpers.attention import Dims
+    from helpers.s01_attention import Dims
     d = Dims.from_config(model.config)
     assert roofline.prefill_flops(d, 1) == roofline.decode_flops(d, 0)
     for p in (2, 7, 33):
@@ -101,7 +101,7 @@ def test_prefill_is_the_work_of_p_cached_steps(model):
 
 
 def test_decode_flops_known_value():
-    from helpers.attention import Dims
+    from helpers.s01_attention import Dims
     d = Dims(layers=2, hidden=8, heads=2, kv_heads=1, head_dim=4, mlp=16, vocab=10)
     weights = 2 * (8 * 4 * (2 * 2 + 2 * 1) + 3 * 8 * 16) + 8 * 10     # 2 layers of attention + MLP, the head
     per_key = 2 * 2 * 2 * 4                                             # layers x heads x (q.k + p.v) x head_dim
@@ -138,7 +138,7 @@ def test_tiny_twin_same_structure_far_fewer_bytes(model):
 
 
 def test_limits_keep_the_best_repeat(monkeypatch):
-    from helpers.measure import Timing
+    from helpers.infra.measure import Timing
     monkeypatch.setattr(roofline, "interleaved_medians",
                         lambda cases, repeats, warmup: {k: Timing(2.0, [3.0, 1.0, 2.0]) for k in cases})
     assert roofline.stream_bandwidth(1 << 20).seconds == 1.0

@@ -5,9 +5,9 @@ import time
 import pytest
 import torch
 
-from helpers import kv_cache as kc
-from helpers import slots as sl
-from helpers import solo as so
+from helpers import s01_kv_cache as kc
+from helpers import s04_slots as sl
+from helpers import s04_solo as so
 from test_batching import ragged, tiny  # noqa: F401  (the same tiny model and ragged workload as the batching tests)
 
 

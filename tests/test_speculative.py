@@ -2,9 +2,9 @@
 import pytest
 import torch
 
-from helpers import drafts as D
-from helpers import kv_cache as kc
-from helpers import speculative as S
+from helpers import s08_drafts as D
+from helpers import s01_kv_cache as kc
+from helpers import s08_speculative as S
 
 
 # --------------------------------------------------------------------------- arithmetic

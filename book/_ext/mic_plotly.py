@@ -1,7 +1,7 @@
 """Sphinx extension for the chapter's static site.
 
 * Serves one local copy of plotly.js at the site root. Figures are emitted by
-  helpers.plotting's renderer as a <div> plus a loader that fetches
+  helpers.infra.plotting's renderer as a <div> plus a loader that fetches
   ``plotly.min.js`` from the site root (found through the page's
   ``data-content_root``), so the site works offline and pages stay small.
 * Serves MathJax 3 from the site too (the files come from the PyPI package
@@ -12,7 +12,7 @@
   controls show nothing, progress bars are plain text on stderr, which the page drops).
 * Executes reliably: patches the notebook client in this process so that a reply whose
   ZeroMQ wake-up was lost is picked up within half a second, instead of stalling the build
-  until the cell timeout (``helpers.notebook_client``; issue 8).
+  until the cell timeout (``mic_tools.notebook_client``; issue 8).
 * Drops sphinx-thebe's scripts: the chapter has no live-kernel launch on the
   static site, and Jupyter Book 1 injects thebe's inline config twice, which
   throws a JavaScript error on every page and asks unpkg.com for thebe.
@@ -25,7 +25,7 @@ from pathlib import Path
 os.environ["MIC_STATIC"] = "1"
 
 # myst-nb executes the notebooks with nbclient in this process.
-from helpers.notebook_client import wake_up_lost_messages  # noqa: E402
+from mic_tools.notebook_client import wake_up_lost_messages  # noqa: E402
 
 wake_up_lost_messages()
 
@@ -33,7 +33,7 @@ wake_up_lost_messages()
 def _copy_plotly(app, exception):
     if exception is not None or app.builder.format != "html":
         return
-    from helpers.plotting import PLOTLY_JS_NAME, plotly_js_path
+    from helpers.infra.plotting import PLOTLY_JS_NAME, plotly_js_path
     shutil.copyfile(plotly_js_path(), Path(app.outdir) / PLOTLY_JS_NAME)
 
 

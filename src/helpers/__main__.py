@@ -5,7 +5,7 @@ terminal and caches it, so no notebook pays for the first load.
 """
 import sys
 
-from .model import ModelNotAvailable, prepare
+from .infra.model import ModelNotAvailable, prepare
 
 try:
     prepare(sys.argv[1] if len(sys.argv) > 1 else None)

@@ -1,7 +1,7 @@
 """The drafts of section 8: who proposes the tokens the target verifies.
 
 A draft is any object with three methods (the ``Draft`` protocol, used by
-:func:`helpers.speculative.speculative_generate`):
+:func:`helpers.s08_speculative.speculative_generate`):
 
 * ``start(prompt_ids)``: forget everything, the committed text is now the prompt (1, tokens);
 * ``propose(gamma, sample, temperature, top_k, generator) -> (tokens, q_rows)``: up to ``gamma`` next tokens
@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import torch
 
-from . import kv_cache as kc
-from .measure import now
-from .speculative import processed
+from . import s01_kv_cache as kc
+from .infra.measure import now
+from .s08_speculative import processed
 
 
 class ModelDraft:
@@ -152,7 +152,7 @@ def restrict_head(model: torch.nn.Module, token_map: torch.Tensor) -> torch.nn.M
 def early_exit_draft(target: torch.nn.Module, layers: int, token_map: torch.Tensor | None = None) -> ModelDraft:
     """The target's first ``layers`` decoder layers (copied), its final norm, and an LM head restricted to
     ``token_map`` (all tokens if ``None``)."""
-    from .distillation import student_from_teacher
+    from .s09_distillation import student_from_teacher
     vocab = target.config.vocab_size
     student = student_from_teacher(target, list(range(layers)))
     if token_map is not None:

@@ -11,7 +11,7 @@ from typing import Sequence
 
 import torch
 
-from . import kv_cache as kc
+from . import s01_kv_cache as kc
 
 
 @torch.inference_mode()
@@ -45,8 +45,8 @@ def off_greedy(model, prompts: Sequence[torch.Tensor], outputs, lengths: Sequenc
     ``lengths`` an output of the wrong length is reported with an infinite gap (a length bug, not a tie).
     ``seen``, a dict the caller keeps across calls, saves the pass for a reply already checked, or for the
     start of one (the logits of a causal model at a position do not depend on the tokens after it).
-    ``prefills``, the :class:`helpers.slots.Prefill` of each prompt (keyed by its tokens, as
-    :func:`helpers.slots.serve_side_by_side` keeps them): the prompt's part of the pass is that prefill,
+    ``prefills``, the :class:`helpers.s04_slots.Prefill` of each prompt (keyed by its tokens, as
+    :func:`helpers.s04_slots.serve_side_by_side` keeps them): the prompt's part of the pass is that prefill,
     already run alone, so the pass continues from its cache over the reply only (see :func:`solo_logits`).
     """
     seen = {} if seen is None else seen
@@ -80,7 +80,7 @@ def solo_logits(model, prompt: torch.Tensor, reply: torch.Tensor, prefill=None) 
     ``reply[:j]``, picks its next token. ``reply`` is a 1-D tensor of token ids.
 
     Without ``prefill``, one pass over prompt and reply with no cache. With the prompt's
-    :class:`helpers.slots.Prefill`, the prompt's part of that pass has already been run alone: row 0 is the
+    :class:`helpers.s04_slots.Prefill`, the prompt's part of that pass has already been run alone: row 0 is the
     prefill's own last-position logits, and the rest comes from one pass over the reply continuing from its
     cache. A sliding-window layer's cache keeps only its window, and a cache rebuilt from it would not know
     where in the sequence it is, so such a prefill is not continued: the full pass runs instead.

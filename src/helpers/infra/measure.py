@@ -1,6 +1,7 @@
 """Timing and memory, done the way noisy machines need.
 
-* :func:`time_it` warms up, repeats, and reports the median.
+* :func:`time_it` warms up, repeats, and reports the median; :func:`interleaved_medians` does it
+  for several cases at once, in turn, so that their ratios survive a noisy machine.
 * :func:`peak_memory` reports how many bytes a piece of work needed on top of
   what was already alive. On CUDA that is the allocator's peak. On CPU, where
   PyTorch keeps no allocator statistics, we account for every tensor the work
@@ -16,9 +17,10 @@ import weakref
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Iterable, Mapping
 
 import torch
+from .controls import is_static
 
 
 @dataclass
@@ -57,20 +59,32 @@ def now() -> float:
     return time.perf_counter()
 
 
-def time_it(fn: Callable[[], object], repeats: int = 5, warmup: int = 1) -> Timing:
-    """Run ``fn`` ``warmup`` times untimed, then ``repeats`` times; report the median wall time."""
+def interleaved_medians(cases: Mapping[object, Callable[[], object]], repeats: int = 5, warmup: int = 1,
+                        rounds: Callable[[Iterable[int]], Iterable[int]] | None = None) -> dict[object, Timing]:
+    """Time every case ``repeats`` times in interleaved rounds, after ``warmup`` untimed rounds.
+
+    Returns ``{key: Timing}`` with each case's median. Every round times each case once, in turn, so
+    load that comes and goes hits all cases alike and the ratios between them survive a noisy
+    machine. ``rounds`` may wrap the rounds' range, for example in :func:`progress`.
+    """
+    if not cases:
+        raise ValueError("interleaved_medians needs at least one case to time.")
     if repeats < 1 or warmup < 0:
         raise ValueError(f"repeats must be >= 1 and warmup >= 0, got {repeats} and {warmup}.")
-    for _ in range(warmup):
-        fn()
-    _sync()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        _sync()
-        times.append(time.perf_counter() - t0)
-    return Timing(statistics.median(times), times, warmup)
+    times: dict[object, list[float]] = {k: [] for k in cases}
+    all_rounds = range(warmup + repeats)
+    for r in (rounds(all_rounds) if rounds else all_rounds):
+        for k, fn in cases.items():
+            t0 = now()
+            fn()
+            if r >= warmup:
+                times[k].append(now() - t0)
+    return {k: Timing(statistics.median(v), v, warmup) for k, v in times.items()}
+
+
+def time_it(fn: Callable[[], object], repeats: int = 5, warmup: int = 1) -> Timing:
+    """Run ``fn`` ``warmup`` times untimed, then ``repeats`` times; report the median wall time."""
+    return interleaved_medians({0: fn}, repeats=repeats, warmup=warmup)[0]
 
 
 @dataclass
@@ -161,7 +175,6 @@ def peak_memory(fn: Callable[[], object], device: str | torch.device | None = No
 
 def progress(iterable, desc: str | None = None, **kwargs):
     """A tqdm progress bar: a widget in JupyterLab, plain text (on stderr) in the static book build."""
-    from .controls import is_static
     if is_static():
         from tqdm.std import tqdm
     else:

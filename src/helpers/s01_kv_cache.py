@@ -12,6 +12,7 @@ import inspect
 from typing import NamedTuple
 
 import torch
+from .infra.measure import now
 
 # --------------------------------------------------------------------------- adapter
 
@@ -159,7 +160,6 @@ def timed_generate(model, prompt_ids: torch.Tensor, n_new: int, cached: bool):
 
     Step 0 of the cached run is the prefill; the naive run has no such split.
     """
-    from .measure import now
     _check_n(n_new)
     ids, cache, times = prompt_ids, None, []
     nxt = None

@@ -18,10 +18,10 @@ from typing import Callable
 
 import torch
 
-from . import kv_cache
-from .measure import Timing
-from .model import weight_bytes
-from .phases import interleaved_medians
+from . import s01_kv_cache as kv_cache
+from .infra.model import weight_bytes
+from .infra.measure import Timing, interleaved_medians
+from .s01_attention import macs_step
 
 # --------------------------------------------------------------------------- the roofline
 
@@ -167,7 +167,7 @@ def matmul_peak(n: int = 1024, dtype: torch.dtype = torch.float32, repeats: int 
 
 
 def prefill_flops(dims, tokens: int) -> int:
-    """FLOPs of one prefill pass over ``tokens`` tokens (``dims``: :class:`helpers.attention.Dims`).
+    """FLOPs of one prefill pass over ``tokens`` tokens (``dims``: :class:`helpers.s01_attention.Dims`).
 
     Every token goes through every weight matrix, and token ``i`` attends to
     ``i`` keys (the causal triangle): exactly the work of ``tokens`` cached
@@ -181,7 +181,6 @@ def prefill_flops(dims, tokens: int) -> int:
 
 def decode_flops(dims, context: int) -> int:
     """FLOPs of one decode step whose new token attends to ``context`` cached tokens and itself."""
-    from .attention import macs_step
     if context < 0:
         raise ValueError(f"context must be >= 0 cached tokens, got {context}.")
     return 2 * macs_step(dims, context + 1, cached=True)

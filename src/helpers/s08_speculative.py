@@ -6,7 +6,7 @@
 * the rule of Leviathan et al. (2023): the draft proposes x ~ q, the target keeps it with probability
   min(1, p(x) / q(x)), and otherwise samples from the residual max(p - q, 0), normalised
   (:func:`accept_token`, :func:`residual`). p is always the *target*, q the *draft*;
-* :func:`speculative_generate`: the loop, greedy or sampled, with any draft from :mod:`helpers.drafts`
+* :func:`speculative_generate`: the loop, greedy or sampled, with any draft from :mod:`helpers.s08_drafts`
   (or any causal-LM module sharing the target's vocabulary).
 """
 from __future__ import annotations
@@ -15,8 +15,8 @@ import math
 
 import torch
 
-from . import kv_cache as kc
-from .measure import now
+from . import s01_kv_cache as kc
+from .infra.measure import now
 
 # --------------------------------------------------------------------------- the arithmetic
 
@@ -198,12 +198,12 @@ def speculative_generate(target, draft, prompt_ids: torch.Tensor, n_new: int, ga
     """Generate ``n_new`` tokens with ``draft`` proposing up to ``gamma`` at a time and ``target`` verifying them.
 
     ``draft`` is a causal-LM module sharing the target's vocabulary, or any object with the
-    :class:`helpers.drafts.Draft` protocol (``start``, ``propose``, ``commit``). Greedy by default (the output
+    :class:`helpers.s08_drafts.Draft` protocol (``start``, ``propose``, ``commit``). Greedy by default (the output
     equals plain greedy decoding); with ``sample=True`` Leviathan's rule on the processed distributions.
     Returns (tokens (1, n_new), stats dict: proposed, accepted, rejected, acceptance_rate (α per judged token,
     :func:`acceptance_rate`), accepted_share (accepted / proposed), target_forwards, tokens_per_forward, seconds, ...).
     """
-    from .drafts import as_draft
+    from .s08_drafts import as_draft
     _check_inputs(prompt_ids, n_new, gamma)
     draft = as_draft(draft)
     t0 = now()

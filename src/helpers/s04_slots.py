@@ -3,12 +3,12 @@
 :class:`SlotBatch` holds every active request's keys and values in one padded
 tensor per layer, with a mask and per-row positions so that each row computes
 exactly what it would alone. :func:`serve` runs the static or the continuous
-policy over it on the real model and returns a :class:`helpers.scheduling.Schedule`;
+policy over it on the real model and returns a :class:`helpers.s04_scheduling.Schedule`;
 :func:`serve_side_by_side` interleaves two servers so that a busy machine
 slows both alike, and runs each request's prefill (:class:`Prefill`) once for
 both. :func:`run_transformers_cb` gives the same requests to
 transformers' own continuous-batching engine for comparison. Whether a batched
-reply is what the request produces alone is checked in :mod:`helpers.solo`.
+reply is what the request produces alone is checked in :mod:`helpers.s04_solo`.
 """
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ from typing import Callable, Sequence
 
 import torch
 
-from . import kv_cache as kc
-from .measure import now
-from .scheduling import POLICIES, Schedule, _check_workload
+from . import s01_kv_cache as kc
+from .infra.measure import now
+from .s04_scheduling import POLICIES, Schedule, check_workload
 
 # --------------------------------------------------------------------------- the real thing
 
@@ -66,7 +66,7 @@ class SlotBatch:
     (rows, kv_heads, L, head_dim) tensor per layer, with left padding where it
     is shorter than the longest row. Three things keep every row's arithmetic
     its own (the same values as a solo run; only the order of some sums may
-    change with the batch's shape, see :func:`helpers.solo.off_greedy`):
+    change with the batch's shape, see :func:`helpers.s04_solo.off_greedy`):
 
     * ``mask`` (rows, L): 1 on real cached tokens, 0 on padding, so attention
       never looks at another row's padding;
@@ -253,7 +253,7 @@ def serving(model, prompts: Sequence[torch.Tensor], lengths: Sequence[int], slot
     run it; otherwise the prefill runs here and is stored for the others.
     Without it, every admission runs its own prefill.
     """
-    _check_workload(list(lengths), slots, policy, None)
+    check_workload(list(lengths), slots, policy, None)
     if len(prompts) != len(lengths):
         raise ValueError(f"give one output length per prompt ({len(prompts)}), got {len(lengths)}.")
     n = len(prompts)

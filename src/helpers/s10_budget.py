@@ -7,7 +7,7 @@ keeps some memory for itself. So a card of ``M`` bytes serves
     tokens that fit = (M - overhead - weights) // bytes per token,
 
 where the tokens are summed over all users. Bytes per token come from
-:func:`helpers.cache_size.kv_bytes_per_token` (section 3); this module only adds
+:func:`helpers.s03_cache_size.kv_bytes_per_token` (section 3); this module only adds
 the weights, the overhead and the division.
 
 The chapter's tables (8, 16 and 24 GB cards; 7B, 13B and 70B models; fp16,
@@ -32,8 +32,8 @@ import numbers
 from dataclasses import dataclass
 from fractions import Fraction
 
-from . import chapter
-from .cache_size import KVArchitecture, SEVEN_B_CLASS, bytes_per_element, human_bytes
+from .infra import chapter
+from .s03_cache_size import KVArchitecture, SEVEN_B_CLASS, bytes_per_element, human_bytes
 
 GiB = 2 ** 30
 RUNTIME_OVERHEAD = 3 * GiB // 2                 # 1.5 GiB the runtime keeps for itself

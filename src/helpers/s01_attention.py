@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from . import s01_kv_cache as kv_cache
 
 
 def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -124,7 +125,6 @@ def counted_flops(model, ids: torch.Tensor, cache=None) -> CountedFlops:
     """
     from torch.utils.flop_counter import FlopCounterMode
 
-    from . import kv_cache
     previous = model.config._attn_implementation
     counter = FlopCounterMode(display=False)
     try:

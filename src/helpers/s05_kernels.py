@@ -1,7 +1,7 @@
 """Real low-bit kernels on this CPU: does a smaller weight decode faster? (section 5, "Fewer bits, faster
 decode?"; section 8 uses the int8 one as a draft).
 
-Fake quantization (:mod:`helpers.quantization`) tells us what fewer bits do to *quality*: the model still
+Fake quantization (:mod:`helpers.s05_quantization`) tells us what fewer bits do to *quality*: the model still
 multiplies fp32 numbers. Speed needs kernels that read the small codes and compute with them. PyTorch ships
 three that run on a CPU:
 
@@ -10,7 +10,7 @@ three that run on a CPU:
 * :class:`Int8WeightOnlyLinear`: ``torch._weight_int8pack_mm``, int8 weights with one scale per row,
   activations stay fp32 (a prompt of more than :data:`PREFILL_ROWS` rows shares one dequantized matmul);
 * :class:`Int4WeightOnlyLinear`: ``torch._weight_int4pack_mm_for_cpu``, 4-bit codes in groups along each row
-  with a scale and a zero per group (codes from :func:`helpers.quantization.asymmetric_quantize`).
+  with a scale and a zero per group (codes from :func:`helpers.s05_quantization.asymmetric_quantize`).
 
 :func:`with_kernel` returns a copy of the model whose projection matrices use one of them; the embedding and
 the tied output matrix stay fp32. :func:`linear_bytes` counts what the projections occupy.
@@ -22,7 +22,7 @@ import warnings
 
 import torch
 
-from . import quantization as Q
+from . import s05_quantization as Q
 
 KERNELS = ("fp32", "int8 dynamic (torch.ao)", "int8 weight-only", "int4 weight-only g64")
 INT4_GROUP = 64

@@ -13,14 +13,14 @@ representations of every figure:
 
 ``slider_figure`` is the static half of the chapter's control pattern: a
 plotly slider that switches between precomputed traces, which works on a page
-with no kernel. The live half (ipywidgets) is in :mod:`helpers.controls`.
+with no kernel. The live half (ipywidgets) is in :mod:`helpers.infra.controls`.
 """
 from __future__ import annotations
 
 import json
 import sys
 import uuid
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
 # plotly.io imports nbformat, which imports jsonschema, which compiles a grammar for checking IRIs
 # (rfc3987_syntax) as it is imported: a second or more of every notebook's start, for a check that nothing
@@ -29,6 +29,8 @@ sys.modules.setdefault("rfc3987_syntax", None)
 
 import plotly.graph_objects as go  # noqa: E402  (after the line above, on purpose)
 import plotly.io as pio  # noqa: E402
+
+from .messages import fields_of, message  # noqa: E402
 
 PALETTE = ["#1f5fa8", "#d1495b", "#2e933c", "#edae49", "#6c4f9e", "#00798c", "#8d6a4f", "#555555"]
 NAIVE, CACHED = PALETTE[1], PALETTE[0]   # the same colours mean the same thing in every notebook
@@ -230,10 +232,22 @@ def plotly_js_path() -> str:
     return str(files("plotly") / "package_data" / PLOTLY_JS_NAME)
 
 
-def figure(title: str = "", x: str = "", y: str = "", **layout) -> go.Figure:
-    """An empty figure in the chapter's style."""
+def figure(title: str = "", x: str = "", y: str = "", fields: Mapping[str, object] | None = None,
+           **layout) -> go.Figure:
+    """An empty figure in the chapter's style.
+
+    ``title``, ``x`` and ``y`` (the axis titles) are message templates (:mod:`helpers.infra.messages`),
+    their named fields given in ``fields``: ``figure("Batch {b}", "tokens", "ms", fields=dict(b=b))``.
+    """
+    fields = fields or {}
+
+    def text(template: str) -> str:
+        return message(template, **{k: v for k, v in fields.items() if k in fields_of(template)})
+    unused = fields.keys() - fields_of(title) - fields_of(x) - fields_of(y)
+    if unused:
+        raise ValueError(f"figure() was given fields its titles do not use: {sorted(unused)}.")
     fig = go.Figure()
-    fig.update_layout(title=title, xaxis_title=x, yaxis_title=y, **layout)
+    fig.update_layout(title=text(title), xaxis_title=text(x), yaxis_title=text(y), **layout)
     return fig
 
 
@@ -244,14 +258,15 @@ def slider_figure(values: Sequence, make_traces: Callable[[object], Iterable[go.
 
     ``make_traces(v)`` returns the traces to show for value ``v``. Every value's
     traces are built up front; the slider toggles which are visible (and the
-    title, if ``title`` is a function of the value).
+    title, if ``title`` is a function of the value, which returns a :func:`message`).
+    ``x`` and ``y`` are templates without fields.
     """
     values = list(values)
     if not values:
         raise ValueError("slider_figure needs at least one value to slide over.")
     if not 0 <= active < len(values):
         raise ValueError(f"active must index one of the {len(values)} values, got {active}.")
-    fig = figure(title="", x=x, y=y, **layout)
+    fig = figure("", x, y, **layout)
     groups = []
     for v in values:
         traces = list(make_traces(v))

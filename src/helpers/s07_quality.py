@@ -1,10 +1,10 @@
 """Does quality survive quantization? Three measurements of one model under many weight schemes (section 7).
 
-* :func:`applied`: quantize every projection matrix in place with one of :mod:`helpers.quantization`'s
+* :func:`applied`: quantize every projection matrix in place with one of :mod:`helpers.s05_quantization`'s
   schemes, and restore the weights exactly (checked with ``torch.equal``) on exit;
 * :func:`perplexity`: NLL per token, perplexity and bits per byte on a fixed span of text, one forward pass
   (:func:`perplexity_from_logits`: the same from logits already computed);
-* the battery of sixteen short factual questions is :mod:`helpers.battery`; the padded batches it shares
+* the battery of sixteen short factual questions is :mod:`helpers.s07_battery`; the padded batches it shares
   with the agreement measurement (:func:`left_padded`, :func:`prefix_padded`) are here;
 * :func:`reference_positions` and :func:`agreement`: the fraction of positions where a quantized model's greedy
   next token equals the reference's, teacher-forced on the reference's own greedy generation, with a binomial
@@ -19,8 +19,9 @@ from typing import Iterator, Sequence
 
 import torch
 
-from . import quantization as Q
-from .model import chat_prompt
+from . import s05_quantization as Q
+from .infra.model import chat_prompt
+from . import s01_kv_cache as kv_cache
 
 AGREEMENT_PROMPTS = (
     "Write a short story about a lighthouse keeper.",
@@ -79,7 +80,7 @@ def applied(model: torch.nn.Module, scheme: Q.Scheme | None,
             originals: dict[str, torch.Tensor] | None = None) -> Iterator[torch.nn.Module]:
     """Inside the block the model computes with ``scheme``'s weights; on exit the originals are back, bit for bit.
 
-    ``scheme=None`` is the reference (nothing changes). Uses :func:`helpers.quantization.quantized_projections`
+    ``scheme=None`` is the reference (nothing changes). Uses :func:`helpers.s05_quantization.quantized_projections`
     and checks the restore with ``torch.equal`` on every matrix. ``originals``: copies of the projection weights
     the caller already holds (``{n: w.clone() for n, w in Q.projection_weights(model).items()}``), used instead
     of a fresh copy per call: quantized from, restored from, and compared with.
@@ -204,7 +205,7 @@ def prefix_padded(prompts: Sequence[torch.Tensor], pad_id: int) -> tuple[torch.T
     """Like :func:`left_padded`, but the prompts' common prefix comes first and the padding sits after it.
 
     Returns (ids, attention mask, shared): every row starts with the same ``shared`` tokens, so a batch can
-    compute them once (:func:`helpers.battery.greedy_with_penalties`). Position ids follow the mask
+    compute them once (:func:`helpers.s07_battery.greedy_with_penalties`). Position ids follow the mask
     (``cumsum - 1``), so each token sits at the position it has in its own prompt and attends to exactly its
     own prompt's tokens: the padding in the middle changes nothing but the shape.
     """
@@ -231,7 +232,7 @@ def can_share_prefix(model) -> bool:
     return cfg is not None and getattr(cfg, "sliding_window", None) is None
 
 
-def _last_logits_only(model) -> dict:
+def last_logits_only(model) -> dict:
     """``logits_to_keep=1`` where the model takes it: a prefill needs only the last position's next-token scores."""
     import inspect
     try:
@@ -240,7 +241,7 @@ def _last_logits_only(model) -> dict:
         return {}
 
 
-def _pad_id(tokenizer) -> int:
+def pad_id_of(tokenizer) -> int:
     return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
 
 
@@ -248,24 +249,23 @@ def _pad_id(tokenizer) -> int:
 def greedy_batch(model, tokenizer, texts: Sequence[str], n_new: int, repetition_penalty: float = 1.0,
                  force_length: bool = False) -> tuple[torch.Tensor, torch.Tensor, int]:
     """Greedy replies to several chat prompts in one batch. Returns (sequences, attention mask, prompt width)."""
-    ids, mask = left_padded([chat_prompt(tokenizer, t) for t in texts], _pad_id(tokenizer))
+    ids, mask = left_padded([chat_prompt(tokenizer, t) for t in texts], pad_id_of(tokenizer))
     extra = {"min_new_tokens": n_new} if force_length else {}
     out = model.generate(ids, attention_mask=mask, max_new_tokens=n_new, do_sample=False, top_p=None, top_k=None,
-                         temperature=None, repetition_penalty=repetition_penalty, pad_token_id=_pad_id(tokenizer),
+                         temperature=None, repetition_penalty=repetition_penalty, pad_token_id=pad_id_of(tokenizer),
                          **extra)
     new_mask = torch.ones((len(texts), out.shape[1] - ids.shape[1]), dtype=torch.long)
     return out, torch.cat([mask, new_mask], dim=1), ids.shape[1]
 
 
-def _prefill(model, ids: torch.Tensor, mask: torch.Tensor, shared: int = 0, **kwargs):
+def padded_prefill(model, ids: torch.Tensor, mask: torch.Tensor, shared: int = 0, **kwargs):
     """Run a padded batch with a cache; the first ``shared`` columns (the same tokens in every row) once, for
     one row, then copied to every row. Returns (logits of the rest, cache). Positions follow the mask."""
-    from . import kv_cache
     pos = (mask.cumsum(-1) - 1).clamp(min=0)
     cache = kv_cache.new_cache(model)
     if shared:
         _, cache = kv_cache.forward(model, ids[:1, :shared], cache=cache, position_ids=pos[:1, :shared],
-                                    **_last_logits_only(model))
+                                    **last_logits_only(model))
         b = ids.shape[0]
         cache = kv_cache.cache_from_kv(model, [(k.expand(b, -1, -1, -1).contiguous(),
                                                 v.expand(b, -1, -1, -1).contiguous())
@@ -357,10 +357,10 @@ def next_token_logprobs(model, positions: Positions) -> torch.Tensor:
     """
     seq, mask, n = positions.sequences, positions.attention_mask, positions.n_new
     rows = [seq[i, mask[i].bool()][None] for i in range(seq.shape[0])]
-    keep = {"logits_to_keep": n + 1} if _last_logits_only(model) else {}     # the head only where it is scored
+    keep = {"logits_to_keep": n + 1} if last_logits_only(model) else {}     # the head only where it is scored
     if len(rows) > 1 and can_share_prefix(model) and shared_prefix_length(rows) > 0:
         ids, mask, shared = prefix_padded(rows, int(seq[0, 0]))
-        logits, _ = _prefill(model, ids, mask, shared, **keep)
+        logits, _ = padded_prefill(model, ids, mask, shared, **keep)
     else:
         pos_ids = (mask.cumsum(-1) - 1).clamp(min=0)
         logits = model(seq, attention_mask=mask, position_ids=pos_ids, **keep).logits

@@ -29,6 +29,9 @@ from dataclasses import dataclass
 from typing import Hashable, Mapping, Sequence
 
 import torch
+from .s01_attention import Dims
+from .s03_cache_size import kv_bytes_per_token as formula
+from .infra.plotting import PALETTE
 
 
 class OutOfBlocks(MemoryError):
@@ -221,9 +224,7 @@ def paged_attention(q: torch.Tensor, pool_k: torch.Tensor, pool_v: torch.Tensor,
 
 
 def kv_bytes_per_token(config, bytes_per_element: int = 4) -> int:
-    """Section 3's formula (:func:`helpers.cache_size.kv_bytes_per_token`) read from a transformers config."""
-    from .attention import Dims
-    from .cache_size import kv_bytes_per_token as formula
+    """Section 3's formula (:func:`helpers.s03_cache_size.kv_bytes_per_token`) read from a transformers config."""
     d = Dims.from_config(config)
     return formula(d.layers, d.kv_heads, d.head_dim, bytes_per_element)
 
@@ -336,7 +337,6 @@ def block_owner_grid(block_owner: Sequence[Sequence], colours: int = 7):
     z is -1 for the shared prefix, the request number modulo ``colours`` otherwise and None for a free
     block; the colour scale gives each value one flat band (black for the prefix).
     """
-    from .plotting import PALETTE
     steps = range(len(block_owner))
     used = [b for b in range(len(block_owner[0]) if block_owner else 0) if any(o[b] is not None for o in block_owner)]
     z = [[None if (o := block_owner[t][b]) is None else -1 if o == -1 else o % colours for t in steps] for b in used]

@@ -33,6 +33,7 @@ from typing import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
+from .infra.measure import progress
 
 LOGITS_BUDGET = 2 ** 28     # bytes of full-vocabulary logits (or their temporaries) worked on at a time: 256 MiB
 
@@ -242,7 +243,6 @@ def train(step_loss: Callable[[int], torch.Tensor], params, steps: int, lr: floa
     Seeded and run with deterministic algorithms, so the same inputs give the same curve on the same machine.
     ``on_checkpoint(step)`` is called before the first step and then every ``every`` steps (held-out metrics).
     """
-    from .measure import progress
     if steps < 1 or not lr > 0:
         raise ValueError(f"steps must be at least 1 and lr positive, got {steps} and {lr}.")
     params = list(params)

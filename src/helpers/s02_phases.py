@@ -10,14 +10,14 @@
 B); :func:`stream_reply` and :func:`ttft_sweep` stream a reply token by token to
 time the two numbers every serving system reports, time to first token and
 tokens per second. Why the phases differ, the memory bus and the roofline, is
-:mod:`helpers.roofline`.
+:mod:`helpers.s02_roofline`.
 
 Timings are interleaved: every round times each case once, in turn, so a burst
 of load from another process hits all cases alike and the *ratios* between
 them survive a noisy machine. Rows report the median and the fastest repeat:
 noise only ever adds time, so on a shared machine the fastest repeat is the
 least disturbed estimate. Every clock reading goes through
-:func:`helpers.measure.now`, which waits for a GPU to finish first.
+:func:`helpers.infra.measure.now`, which waits for a GPU to finish first.
 """
 from __future__ import annotations
 
@@ -27,34 +27,8 @@ from typing import Callable, Mapping, Sequence
 
 import torch
 
-from . import kv_cache
-from .measure import Timing, now
-
-# --------------------------------------------------------------------------- timing many cases fairly
-
-
-def interleaved_medians(cases: Mapping[object, Callable[[], object]], repeats: int = 5,
-                        warmup: int = 1) -> dict[object, Timing]:
-    """Time every case ``repeats`` times in interleaved rounds (after ``warmup`` untimed rounds).
-
-    Returns ``{key: Timing}`` with each case's median. Interleaving makes the
-    ratios between cases robust to load that comes and goes.
-    """
-    if not cases:
-        raise ValueError("interleaved_medians needs at least one case to time.")
-    if repeats < 1 or warmup < 0:
-        raise ValueError(f"repeats must be >= 1 and warmup >= 0, got {repeats} and {warmup}.")
-    for _ in range(warmup):
-        for fn in cases.values():
-            fn()
-    times: dict[object, list[float]] = {k: [] for k in cases}
-    for _ in range(repeats):
-        for k, fn in cases.items():
-            t0 = now()
-            fn()
-            times[k].append(now() - t0)
-    return {k: Timing(statistics.median(v), v, warmup) for k, v in times.items()}
-
+from . import s01_kv_cache as kv_cache
+from .infra.measure import Timing, interleaved_medians, now
 
 # --------------------------------------------------------------------------- prompts of a given length
 

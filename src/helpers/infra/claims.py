@@ -25,7 +25,11 @@ condition, returning every run.
 from __future__ import annotations
 
 import os
-from typing import Callable, TypeVar
+from typing import Callable, Mapping, TypeVar
+
+from .model import is_default_model
+from .controls import say
+from .messages import fields_of, message
 
 T = TypeVar("T")
 
@@ -34,7 +38,6 @@ CLAIMS_ENV = "MIC_CLAIMS"          # "assert" (default on the embedded model) or
 
 def strict() -> bool:
     """True when a failed claim should stop the notebook: the default model and no ``MIC_CLAIMS=report``."""
-    from .model import is_default_model
     mode = os.environ.get(CLAIMS_ENV, "").strip().lower()
     if mode not in ("", "assert", "report"):
         raise ValueError(f"{CLAIMS_ENV} must be 'assert' or 'report', got {mode!r}.")
@@ -44,23 +47,35 @@ def strict() -> bool:
 
 
 def verdict(holds: bool, statement: str, evidence: str = "") -> str:
-    """One line of Markdown: the claim, whether it holds here, and the numbers."""
-    mark = "✔ holds on this model" if holds else "✘ does not hold on this model"
-    return f"**Claim:** {statement}. **{mark}**" + (f" ({evidence})." if evidence else ".")
+    """One line of Markdown: the claim (already formatted), whether it holds here, and the numbers."""
+    mark = message("✔ holds on this model") if holds else message("✘ does not hold on this model")
+    if evidence:
+        return message("**Claim:** {statement}. **{mark}** ({evidence}).", statement=statement, mark=mark,
+                       evidence=evidence)
+    return message("**Claim:** {statement}. **{mark}**.", statement=statement, mark=mark)
 
 
-def claim(holds, statement: str, evidence: str = "") -> bool:
+def claim(holds, statement: str, evidence: str = "", fields: Mapping[str, object] | None = None, /,
+          **more) -> bool:
     """Check one of the chapter's empirical claims.
 
     ``holds`` is the comparison (``ratio < 1.3``), ``statement`` the claim in words and ``evidence``
-    the measured numbers. Asserts on the default model; elsewhere shows the verdict and returns it.
+    the measured numbers, both templates whose named fields come from ``fields`` and keywords::
+
+        claim(r < 1.3, "decode time is flat in the context", "{r:.2f}x from 16 to 1,024 tokens", r=r)
+
+    Asserts on the default model; elsewhere shows the verdict and returns it.
     """
-    holds = bool(holds)
+    holds, values = bool(holds), {**(fields or {}), **more}
+    statement = message(statement, **{k: v for k, v in values.items() if k in fields_of(statement)})
+    evidence = message(evidence, **{k: v for k, v in values.items() if k in fields_of(evidence)})
+    unused = values.keys() - fields_of(statement) - fields_of(evidence)
+    if unused:
+        raise ValueError(f"claim() was given fields its sentences do not use: {sorted(unused)}.")
     if strict():
         assert holds, f"The chapter's claim failed on the default model: {statement} ({evidence})."
         return True
-    from .controls import say
-    say(verdict(holds, statement, evidence))
+    say("{line}", line=verdict(holds, statement, evidence))
     return holds
 
 
@@ -79,7 +94,14 @@ def measure_until(measure: Callable[[], T], holds: Callable[[T], bool], runs: in
     return results
 
 
-Checks = dict[str, tuple[bool, str, str]]      # {name: (holds, statement, evidence)}: claim's three arguments
+Checks = dict[str, tuple]      # {name: (holds, statement, evidence[, fields])}: claim's arguments
+
+
+def _stated(holds, statement: str, evidence: str = "", fields: Mapping[str, object] | None = None) -> str:
+    """A check's statement and evidence, formatted: "statement (evidence)"."""
+    fields = fields or {}
+    return "{} ({})".format(message(statement, **{k: v for k, v in fields.items() if k in fields_of(statement)}),
+                            message(evidence, **{k: v for k, v in fields.items() if k in fields_of(evidence)}))
 
 
 def measure_checked(measure: Callable[[], T], checks: Callable[[T], Checks], runs: int = 3,
@@ -93,16 +115,17 @@ def measure_checked(measure: Callable[[], T], checks: Callable[[T], Checks], run
     that hit one step of every run so far is outvoted. Returns the last (pooled) result and its checks, to pass
     to :func:`claim`: ``claim(*checks["name"])``.
     """
-    from .controls import say
     if runs < 1:
         raise ValueError(f"runs must be at least 1, got {runs}.")
     result, done = measure(), 1
     while done < runs and strict() and not all(bool(c[0]) for c in checks(result).values()):
-        failed = "; ".join(f"{statement} ({evidence})" for holds, statement, evidence in checks(result).values()
-                           if not holds)
-        say(f"A measurement did not bear out: {failed}. It was measured afresh"
-            + (", and the runs pooled" if combine is not None else "")
-            + ": a claim about speed fails only when fresh measurements fail too.")
+        failed = "; ".join(_stated(*c) for c in checks(result).values() if not c[0])
+        if combine is None:
+            say("A measurement did not bear out: {failed}. It was measured afresh: a claim about speed fails only "
+                "when fresh measurements fail too.", failed=failed)
+        else:
+            say("A measurement did not bear out: {failed}. It was measured afresh, and the runs pooled: a claim "
+                "about speed fails only when fresh measurements fail too.", failed=failed)
         fresh = measure()
         result, done = (fresh if combine is None else combine(result, fresh)), done + 1
     return result, checks(result)

@@ -6,8 +6,8 @@ Put several requests in the same step and that one read serves them all.
 :func:`find_knee` finds, from the data, where adding requests stops being
 nearly free (:func:`around_the_knee` adds what each doubling bought on either
 side), and :func:`step_cost_from_sweep` turns the sweep into the step
-cost that the scheduling simulator (:mod:`helpers.scheduling`) uses. The real
-slot engine that serves requests is :mod:`helpers.slots`.
+cost that the scheduling simulator (:mod:`helpers.s04_scheduling`) uses. The real
+slot engine that serves requests is :mod:`helpers.s04_slots`.
 """
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ from typing import Callable, Sequence
 
 import torch
 
-from . import kv_cache as kc
-from .measure import now
+from . import s01_kv_cache as kc
+from .infra.measure import now
 
 # --------------------------------------------------------------------------- the batch-size sweep
 

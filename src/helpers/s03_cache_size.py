@@ -11,7 +11,7 @@ tokens, and the cache is that count times the bytes per token: it depends only
 on how many tokens are resident, not on how they are shared out among users.
 
 The pure functions here compute; :func:`measure_cache` and :func:`describe_cache`
-read the real cache a forward pass left behind (through :mod:`helpers.kv_cache`),
+read the real cache a forward pass left behind (through :mod:`helpers.s01_kv_cache`),
 so the notebook can hold the formula against the allocator.
 
 Sizes are reported in binary units (1 KiB = 1,024 bytes), which is also what the
@@ -24,7 +24,7 @@ tokens per such layer). A hybrid model (Gemma 3, Mistral's early models,
 Qwen2 with ``use_sliding_window``) mixes such layers with full-attention
 ones; :meth:`KVArchitecture.cache_bytes` adds the two kinds up. Section 3 of
 the chapter teaches all of this; the calculator lives in
-:mod:`helpers.cache_calculator`.
+:mod:`helpers.s03_cache_calculator`.
 """
 from __future__ import annotations
 
@@ -34,8 +34,9 @@ from typing import Iterable
 
 import torch
 
-from . import chapter, kv_cache
-from .attention import Dims
+from .infra import chapter
+from . import s01_kv_cache as kv_cache
+from .s01_attention import Dims
 
 # --------------------------------------------------------------------------- element sizes
 
@@ -271,7 +272,7 @@ def _from_chapter(geometry: dict) -> KVArchitecture:
                           geometry["head_dim"], geometry["params"])
 
 
-# The chapter's two reference architectures (their numbers live in helpers.chapter).
+# The chapter's two reference architectures (their numbers live in helpers.infra.chapter).
 CHAPTER_MODEL = _from_chapter(chapter.QWEN25)
 SEVEN_B_CLASS = _from_chapter(chapter.SEVEN_B)
 chapter_config = chapter.qwen25_config      # kept under this name for older callers
@@ -296,7 +297,7 @@ class CacheMeasurement:
     layers: int
     layer_shape: tuple          # shape of one layer's K (and V): (users, kv_heads, tokens, head_dim)
     dtype: str
-    nbytes: int                 # numel x element size of every K and V (helpers.kv_cache.cache_nbytes)
+    nbytes: int                 # numel x element size of every K and V (helpers.s01_kv_cache.cache_nbytes)
     storage_bytes: int          # bytes of the distinct storages the allocator handed out for them
 
     @property

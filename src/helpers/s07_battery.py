@@ -4,7 +4,7 @@
 * :func:`is_correct`: an answer counts when an accepted answer appears in the reply as a whole word or phrase;
 * :func:`greedy_with_penalties` and :func:`run_battery`: every question under several repetition penalties
   (transformers' rule, :func:`penalize`) at once, prefilled once, with the shared chat-template opening computed
-  once where the model allows it (:func:`helpers.quality.can_share_prefix`).
+  once where the model allows it (:func:`helpers.s07_quality.can_share_prefix`).
 """
 from __future__ import annotations
 
@@ -16,8 +16,9 @@ from typing import Sequence
 
 import torch
 
-from .model import chat_prompt
-from .quality import _last_logits_only, _pad_id, _prefill, can_share_prefix, left_padded, prefix_padded
+from .infra.model import chat_prompt
+from .s07_quality import last_logits_only, pad_id_of, padded_prefill, can_share_prefix, left_padded, prefix_padded
+from . import s01_kv_cache as kv_cache
 
 BATTERY_FILE = Path(__file__).resolve().parents[2] / "data" / "battery.json"
 
@@ -69,7 +70,6 @@ def greedy_with_penalties(model, ids: torch.Tensor, mask: torch.Tensor, penaltie
     same tokens in every row, are computed for one row only and copied. Returns the new tokens,
     (len(penalties) * B, n_new), copy by copy.
     """
-    from . import kv_cache
     r, b = len(penalties), ids.shape[0]
     if shared and not can_share_prefix(model):
         raise ValueError("This model has sliding-window layers, which cannot share a prefix across padded rows: "
@@ -79,7 +79,7 @@ def greedy_with_penalties(model, ids: torch.Tensor, mask: torch.Tensor, penaltie
         raise ValueError(f"The first {shared} columns are not the same unpadded tokens in every row: build the "
                          f"batch with prefix_padded.")
     pos = (mask.cumsum(-1) - 1).clamp(min=0)
-    logits, cache = _prefill(model, ids, mask, shared, **_last_logits_only(model))
+    logits, cache = padded_prefill(model, ids, mask, shared, **last_logits_only(model))
     penalty = torch.tensor(list(penalties), dtype=torch.float32).repeat_interleave(b)
     kv = [(k.repeat(r, 1, 1, 1), v.repeat(r, 1, 1, 1)) for k, v in kv_cache.cache_to_kv(cache)]
     cache = kv_cache.cache_from_kv(model, kv)
@@ -116,9 +116,9 @@ def run_battery(model, tokenizer, battery: Sequence[dict], penalties: Sequence[f
         raise ValueError(f"Repetition penalties must be positive numbers (1.0 means off), got {list(penalties)}.")
     prompts = [chat_prompt(tokenizer, b["question"]) for b in battery]
     if can_share_prefix(model):
-        ids, mask, shared = prefix_padded(prompts, _pad_id(tokenizer))
+        ids, mask, shared = prefix_padded(prompts, pad_id_of(tokenizer))
     else:
-        (ids, mask), shared = left_padded(prompts, _pad_id(tokenizer)), 0
+        (ids, mask), shared = left_padded(prompts, pad_id_of(tokenizer)), 0
     new = greedy_with_penalties(model, ids, mask, penalties, n_new, shared).reshape(len(penalties), len(battery),
                                                                                     n_new)
     results = []

@@ -14,7 +14,7 @@ size for everything else. This module
   :func:`levels_per_dimension`), the scale left when the top-k dimensions are
   set aside (:func:`exclude_top_dimensions`).
 
-The INT8 matmuls that cope with outliers are in :mod:`helpers.int8_matmuls`.
+The INT8 matmuls that cope with outliers are in :mod:`helpers.s06_int8_matmuls`.
 """
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ def decoder_layers(model) -> torch.nn.ModuleList:
     return layers
 
 
-def _check_ids(ids: torch.Tensor) -> None:
+def check_ids(ids: torch.Tensor) -> None:
     if ids.dim() != 2 or ids.shape[0] != 1 or ids.shape[1] < 1:
         raise ValueError(f"ids must be one sequence shaped (1, tokens), got shape {tuple(ids.shape)}.")
 
@@ -50,7 +50,7 @@ def residual_stream(model, ids: torch.Tensor) -> torch.Tensor:
     Row 0 is the token embeddings; row ``l`` is the output of block ``l`` (1-based), i.e.
     the stream after ``l`` blocks, *before* the final norm (unlike ``hidden_states[-1]``).
     """
-    _check_ids(ids)
+    check_ids(ids)
     layers = decoder_layers(model)
     captured: list[torch.Tensor] = []
 
@@ -79,7 +79,7 @@ def linear_inputs(model, ids: torch.Tensor, names: Iterable[str] | None = None) 
     Unless the output head is one of them, the model computes the logits of the last position only:
     the head's input is the one capture that would change, and nothing else reads the logits.
     """
-    _check_ids(ids)
+    check_ids(ids)
     wanted = None if names is None else set(names)
     captured: dict[str, torch.Tensor] = {}
     hooks, hooked = [], []
@@ -111,7 +111,7 @@ def attention_to_first_token(model, ids: torch.Tensor) -> torch.Tensor:
     weights) and restores the model's own implementation afterwards. Uniform attention would give
     ``mean(1 / (t + 1))`` over the positions t = 1..n-1.
     """
-    _check_ids(ids)
+    check_ids(ids)
     if ids.shape[1] < 2:
         raise ValueError("Need at least two tokens to measure attention to the first one.")
     before = model.config._attn_implementation

@@ -4,14 +4,15 @@
 setting of its controls. :func:`calculator_figure` is the static one, which
 works on the book site with no kernel: an architecture dropdown, a dtype
 dropdown and a users slider over precomputed curves. The formula itself lives
-in :mod:`helpers.cache_size`.
+in :mod:`helpers.s03_cache_size`.
 """
 from __future__ import annotations
 
 import math
 from typing import Sequence
 
-from .cache_size import KVArchitecture, bytes_per_element, dtype_name, human_bytes
+from .s03_cache_size import KVArchitecture, bytes_per_element, dtype_name, human_bytes
+from .infra import plotting
 
 # A real, current pattern for shrinking the cache: Gemma 3 gives 5 of every 6 layers a 1,024-token window.
 SLIDING_PATTERN = dict(window=1024, every=6, name="Gemma 3's pattern")
@@ -59,7 +60,6 @@ def calculator_figure(archs: Sequence[KVArchitecture], dtypes: Sequence[str], us
     """
     import plotly.graph_objects as go
 
-    from . import plotting
 
     if not archs or not dtypes or not users_values:
         raise ValueError("calculator_figure needs at least one architecture, one dtype and one users value.")

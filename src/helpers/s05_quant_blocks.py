@@ -1,6 +1,6 @@
 """Blocks that share one scale: how a weight tensor is cut up for quantization (section 5's bookkeeping).
 
-Infrastructure for :mod:`helpers.quantization`: :class:`_Layout` turns the
+Infrastructure for :mod:`helpers.s05_quantization`: :class:`Layout` turns the
 ``axis`` / ``group_size`` keywords (one scale per tensor, per row, per group
 inside a row, or per flat block) into a (blocks, block length) view and back,
 and the checks give one-sentence errors for bad bits, weights and sizes.
@@ -14,13 +14,13 @@ import torch
 # --------------------------------------------------------------------------- checks
 
 
-def _check_bits(bits, low: int = 2, high: int = 8) -> int:
+def check_bits(bits, low: int = 2, high: int = 8) -> int:
     if isinstance(bits, bool) or not isinstance(bits, numbers.Integral) or not low <= bits <= high:
         raise ValueError(f"bits must be an integer from {low} to {high}, got {bits!r}.")
     return int(bits)
 
 
-def _check_weights(w) -> torch.Tensor:
+def check_weights(w) -> torch.Tensor:
     if not isinstance(w, torch.Tensor):
         raise ValueError(f"Expected a torch.Tensor of weights, got {type(w).__name__}: wrap it with torch.as_tensor().")
     if w.numel() == 0:
@@ -33,7 +33,7 @@ def _check_weights(w) -> torch.Tensor:
 # --------------------------------------------------------------------------- blocks
 
 
-class _Layout:
+class Layout:
     """How a tensor is cut into blocks that share one scale, and how to undo it."""
 
     def __init__(self, shape: torch.Size, axis: int | None, group_size: int | None):
@@ -113,7 +113,7 @@ def _stat_to_blocks(stat: torch.Tensor, shape: torch.Size) -> tuple[torch.Tensor
                      f"codes and scales returned by the same quantize call.")
 
 
-def _apply_blockwise(q: torch.Tensor, stat: torch.Tensor, fn) -> torch.Tensor:
+def apply_blockwise(q: torch.Tensor, stat: torch.Tensor, fn) -> torch.Tensor:
     s, block = _stat_to_blocks(stat, q.shape)
     if block == 0:
         return fn(q, s)

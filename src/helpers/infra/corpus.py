@@ -34,7 +34,7 @@ def corpus_path() -> Path:
     override = os.environ.get(CORPUS_ENV)
     if override:
         return Path(override)
-    return Path(__file__).resolve().parents[2] / "data" / CORPUS_FILE
+    return Path(__file__).resolve().parents[3] / "data" / CORPUS_FILE
 
 
 def load_text(path: str | os.PathLike | None = None) -> str:

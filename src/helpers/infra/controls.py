@@ -3,7 +3,7 @@
 Every interactive idea in the chapter comes in two forms:
 
 1. a plotly figure with sliders or dropdowns over precomputed values
-   (:func:`helpers.plotting.slider_figure`): it works on the static book site,
+   (:func:`helpers.infra.plotting.slider_figure`): it works on the static book site,
    which has no kernel;
 2. :func:`live`: ipywidgets controls that recompute anything, in JupyterLab.
    On the static site (``MIC_STATIC=1``, set by the book build) it shows
@@ -37,6 +37,8 @@ import re
 import sys
 from typing import Callable
 
+from .messages import message
+
 STATIC_ENV = "MIC_STATIC"
 
 
@@ -45,10 +47,13 @@ def is_static() -> bool:
     return os.environ.get(STATIC_ENV, "") not in ("", "0", "false", "False")
 
 
-def say(markdown: str):
-    """Display a sentence of prose built from measured variables (renders as Markdown)."""
+def say(template: str, **fields):
+    """Display a sentence built from measured values, as Markdown: ``say("{n:,} tokens", n=n)``.
+
+    ``template`` is a template with named fields, never an f-string (:mod:`helpers.infra.messages`).
+    """
     from IPython.display import Markdown, display
-    display(Markdown(markdown))
+    display(Markdown(message(template, **fields)))
 
 
 def error_line(message: str) -> str:

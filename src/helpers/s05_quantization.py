@@ -27,9 +27,10 @@ Schemes
   ``w ~ (q - zero_point) * scale``;
 * :func:`nf4_levels`, :func:`nf4_quantize`: NormalFloat4 (QLoRA), 16 levels at
   quantiles of the normal distribution, absmax-scaled blocks (64 by default);
-* :func:`q4_1_quantize`: GGML's Q4_1, the format our reference weights are stored
-  in: blocks of 32, 4-bit codes, an fp16 scale ``d`` and an fp16 minimum ``m``,
-  ``w ~ q * d + m``; 5 bits per weight;
+* GGML's Q4_1, the format our reference weights are stored in (blocks of 32, 4-bit
+  codes, an fp16 scale ``d`` and an fp16 minimum ``m``, ``w ~ q * d + m``, 5 bits per
+  weight), is defined with the other GGUF block formats in :mod:`helpers.s05_gguf`;
+  a :class:`Scheme` of kind ``"q4_1"`` uses it;
 * :func:`bits_per_weight`, :func:`weight_bytes_at`: the bookkeeping;
 * :func:`relative_error`: ``||W - W_hat|| / ||W||``;
 * :class:`Scheme`, :func:`projection_weights`, :func:`relative_errors`,
@@ -45,7 +46,8 @@ from typing import Iterator
 
 import torch
 
-from .quant_blocks import _apply_blockwise, _check_bits, _check_weights, _Layout  # noqa: F401
+from .s05_gguf import Q4_1_BLOCK, q4_1_dequantize, q4_1_quantize
+from .s05_quant_blocks import Layout, apply_blockwise, check_bits, check_weights
 
 
 # --------------------------------------------------------------------------- symmetric absmax
@@ -59,9 +61,9 @@ def absmax_quantize(w: torch.Tensor, bits: int = 8, axis: int | None = None, gro
     (see the module docstring for ``axis`` and ``group_size``). A block of
     zeros gets scale 0 and codes 0.
     """
-    _check_bits(bits)
-    w = _check_weights(w)
-    lay = _Layout(w.shape, axis, group_size)
+    check_bits(bits)
+    w = check_weights(w)
+    lay = Layout(w.shape, axis, group_size)
     qmax = 2 ** (bits - 1) - 1
     b = lay.to_blocks(w)
     scale = b.abs().amax(dim=1, keepdim=True) / qmax
@@ -74,8 +76,8 @@ def dequantize(q: torch.Tensor, scale: torch.Tensor, zero_point: torch.Tensor | 
     """Codes back to fp32: ``q * scale``, or ``(q - zero_point) * scale`` for asymmetric codes."""
     qf = q.to(torch.float32, copy=True)
     if zero_point is not None:
-        qf = _apply_blockwise(qf, zero_point, lambda a, z: a - z.to(torch.float32))
-    return _apply_blockwise(qf, scale, lambda a, s: a.mul_(s))
+        qf = apply_blockwise(qf, zero_point, lambda a, z: a - z.to(torch.float32))
+    return apply_blockwise(qf, scale, lambda a, s: a.mul_(s))
 
 
 # --------------------------------------------------------------------------- asymmetric (zero point)
@@ -88,9 +90,9 @@ def asymmetric_quantize(w: torch.Tensor, bits: int = 8, axis: int | None = None,
     steps; ``zero_point`` is the code that stands for 0.0 (so zero stays exact,
     as in PyTorch's observers). ``dequantize(q, scale, zero_point)`` reconstructs.
     """
-    _check_bits(bits)
-    w = _check_weights(w)
-    lay = _Layout(w.shape, axis, group_size)
+    check_bits(bits)
+    w = check_weights(w)
+    lay = Layout(w.shape, axis, group_size)
     qmax = 2 ** bits - 1
     b = lay.to_blocks(w)
     lo = b.amin(dim=1, keepdim=True).clamp(max=0)
@@ -133,7 +135,7 @@ def nf4_levels(offset: float = NF4_OFFSET) -> torch.Tensor:
 
 def uniform_levels(bits: int) -> torch.Tensor:
     """The levels of symmetric absmax at ``bits``, as a codebook on [-1, 1]: k / (2**(bits-1) - 1)."""
-    _check_bits(bits)
+    check_bits(bits)
     qmax = 2 ** (bits - 1) - 1
     return torch.arange(-qmax - 1, qmax + 1, dtype=torch.float32) / qmax
 
@@ -145,13 +147,13 @@ def codebook_quantize(w: torch.Tensor, levels: torch.Tensor, axis: int | None = 
     Returns (level indices as uint8, absmax per block). NF4 is this with
     :func:`nf4_levels`; symmetric absmax is this with :func:`uniform_levels`.
     """
-    w = _check_weights(w)
+    w = check_weights(w)
     levels = torch.as_tensor(levels, dtype=torch.float32, device=w.device)
     if levels.ndim != 1 or not 2 <= levels.numel() <= 256:
         raise ValueError(f"levels must be a 1-d list of 2 to 256 values, got shape {tuple(levels.shape)}.")
     if not torch.all(levels[1:] > levels[:-1]):
         raise ValueError("levels must be sorted in increasing order with no repeats.")
-    lay = _Layout(w.shape, axis, group_size)
+    lay = Layout(w.shape, axis, group_size)
     b = lay.to_blocks(w)
     absmax = b.abs().amax(dim=1, keepdim=True)
     safe = torch.where(absmax > 0, absmax, torch.ones_like(absmax))
@@ -170,7 +172,7 @@ def codebook_quantize(w: torch.Tensor, levels: torch.Tensor, axis: int | None = 
 def codebook_dequantize(idx: torch.Tensor, absmax: torch.Tensor, levels: torch.Tensor) -> torch.Tensor:
     levels = torch.as_tensor(levels, dtype=torch.float32, device=idx.device)
     vals = levels.index_select(0, idx.reshape(-1).int()).reshape(idx.shape)   # a table lookup per weight
-    return _apply_blockwise(vals, absmax, lambda a, s: a.mul_(s))
+    return apply_blockwise(vals, absmax, lambda a, s: a.mul_(s))
 
 
 def nf4_quantize(w: torch.Tensor, group_size: int | None = 64, axis: int | None = None):
@@ -180,10 +182,6 @@ def nf4_quantize(w: torch.Tensor, group_size: int | None = 64, axis: int | None 
 
 def nf4_dequantize(idx: torch.Tensor, absmax: torch.Tensor) -> torch.Tensor:
     return codebook_dequantize(idx, absmax, nf4_levels())
-
-
-# GGML's Q4_1 (our reference's format) lives with the other GGUF block formats.
-from .gguf import Q4_1_BLOCK, q4_1_dequantize, q4_1_error_estimate, q4_1_quantize  # noqa: E402,F401
 
 
 # --------------------------------------------------------------------------- bookkeeping and error
@@ -196,7 +194,7 @@ def bits_per_weight(bits: int, group_size: int | None = None, scale_bits: int = 
     ``bits_per_weight(4, 32, zero_bits=16) == 5.0``. ``group_size=None`` means
     the bookkeeping is negligible (one scale for a whole tensor).
     """
-    _check_bits(bits, 1, 32)
+    check_bits(bits, 1, 32)
     if group_size is None:
         return float(bits)
     if isinstance(group_size, bool) or not isinstance(group_size, numbers.Integral) or group_size < 1:
@@ -243,7 +241,7 @@ class Scheme:
             raise ValueError(f"kind must be one of {KINDS}, got {self.kind!r}.")
         if self.kind in ("nf4", "q4_1") and self.bits != 4:
             raise ValueError(f"{self.kind.upper()} is a 4-bit format: set bits to 4.")
-        _check_bits(self.bits)
+        check_bits(self.bits)
 
     def fake_quantize(self, w: torch.Tensor) -> torch.Tensor:
         """Quantize and dequantize: the fp32 weights a model would compute with."""
@@ -309,7 +307,7 @@ def relative_errors(weights: dict[str, torch.Tensor], scheme: Scheme) -> torch.T
 
 def outlier_stats(w: torch.Tensor, sigmas: float = 6.0) -> dict:
     """Mean |w|, std, max |w|, max/std and how many weights lie beyond ``sigmas`` standard deviations."""
-    w = _check_weights(w).reshape(-1)
+    w = check_weights(w).reshape(-1)
     std = float(w.std())
     mx = float(w.abs().max())
     beyond = int((w.abs() > sigmas * std).sum())
@@ -329,7 +327,7 @@ def quantized_projections(model: torch.nn.Module, scheme: Scheme,
     :func:`projection_weights`, e.g. ``{n: w.clone() for n, w in projection_weights(model).items()}``), kept by
     the caller across many schemes. Each matrix is then quantized from its original and restored from it, and
     nothing is cloned. They must equal the model's weights on entry: names, shapes and dtypes are checked, the
-    values are not (that would read every weight twice per call; :func:`helpers.quality.applied` checks the
+    values are not (that would read every weight twice per call; :func:`helpers.s07_quality.applied` checks the
     restore, so in a loop of ``applied`` blocks each entry is the previous exit, already compared).
     """
     weights = projection_weights(model)

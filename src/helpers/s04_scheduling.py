@@ -4,11 +4,11 @@
   output lengths with the chapter's median, longest and total;
   :func:`poisson_arrivals` spreads arrivals over time;
 * :func:`simulate` plays static or continuous batching step by step, each step
-  costing what the measured sweep says (:func:`helpers.batching.step_cost_from_sweep`);
+  costing what the measured sweep says (:func:`helpers.s04_batching.step_cost_from_sweep`);
 * a :class:`Schedule` records when each request was admitted, finished and
   answered; :func:`summary` and :func:`compare` turn it into throughput and
   latency, and :func:`gantt_figure` draws its slot timeline. The real engine
-  (:mod:`helpers.slots`) returns the same :class:`Schedule`.
+  (:mod:`helpers.s04_slots`) returns the same :class:`Schedule`.
 """
 from __future__ import annotations
 
@@ -18,10 +18,11 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from .chapter import S4_LONGEST as CHAPTER_LONGEST
-from .chapter import S4_MEDIAN as CHAPTER_MEDIAN
-from .chapter import S4_REQUESTS as CHAPTER_REQUESTS
-from .chapter import S4_TOTAL as CHAPTER_TOTAL
+from .infra.chapter import S4_LONGEST as CHAPTER_LONGEST
+from .infra.chapter import S4_MEDIAN as CHAPTER_MEDIAN
+from .infra.chapter import S4_REQUESTS as CHAPTER_REQUESTS
+from .infra.chapter import S4_TOTAL as CHAPTER_TOTAL
+from .infra.plotting import PALETTE
 
 POLICIES = ("static", "continuous")
 
@@ -178,7 +179,7 @@ def compare(static: Schedule, continuous: Schedule) -> dict:
                 p95_latency_x=a["p95_latency_s"] / b["p95_latency_s"])
 
 
-def _check_workload(lengths: Sequence[int], slots: int, policy: str, arrivals):
+def check_workload(lengths: Sequence[int], slots: int, policy: str, arrivals):
     if not isinstance(slots, int) or slots < 1:
         raise ValueError(f"slots must be a whole number >= 1 (the requests one step can hold), got {slots!r}.")
     if len(lengths) == 0:
@@ -214,7 +215,7 @@ def simulate(lengths: Sequence[int], slots: int, policy: str, step_cost: Callabl
     (each step costs ``step_cost(still running)``), though it still cannot reuse
     their slots. Prefill is left out: both policies would pay the same for it.
     """
-    _check_workload(lengths, slots, policy, arrivals)
+    check_workload(lengths, slots, policy, arrivals)
     n = len(lengths)
     arr = list(arrivals) if arrivals is not None else [0.0] * n
     admit, finish, release, slot_of = [0.0] * n, [0.0] * n, [0.0] * n, [0] * n
@@ -269,7 +270,6 @@ def gantt_traces(s: Schedule, show_legend: bool = True, colors=None):
     """Plotly bar traces of a slot timeline: one row per slot, a bar per request (tokens, then padding)."""
     import plotly.graph_objects as go
 
-    from .plotting import PALETTE
     colors = colors or PALETTE
     work_x, work_base, work_y, work_text, work_color = [], [], [], [], []
     pad_x, pad_base, pad_y = [], [], []

@@ -10,7 +10,7 @@
   :func:`quantize_linears_dynamic` (PyTorch's real INT8 kernel) and
   :func:`greedy_agreement` with full precision.
 
-Codes come from :func:`helpers.quantization.absmax_quantize`. Their products
+Codes come from :func:`helpers.s05_quantization.absmax_quantize`. Their products
 are accumulated exactly (:func:`integer_matmul`): in float32 when no partial
 sum can reach 2**24 (the usual case, and fast), in float64 otherwise.
 """
@@ -23,8 +23,8 @@ from typing import Callable, Iterable
 
 import torch
 
-from .outliers import _check_ids, dimension_maxima
-from .quantization import absmax_quantize
+from .s06_outliers import check_ids, dimension_maxima
+from .s05_quantization import absmax_quantize
 
 # --------------------------------------------------------------------------- INT8 matmuls
 
@@ -32,7 +32,7 @@ from .quantization import absmax_quantize
 def token_error(approx: torch.Tensor, exact: torch.Tensor) -> float:
     """Mean over tokens (rows) of ||approx_t - exact_t|| / ||exact_t||.
 
-    Unlike ``helpers.quantization.relative_error`` (one norm over the whole matrix), one token with a huge output cannot hide the damage done
+    Unlike ``helpers.s05_quantization.relative_error`` (one norm over the whole matrix), one token with a huge output cannot hide the damage done
     to every other token: each row counts once.
     """
     if approx.shape != exact.shape or exact.dim() != 2:
@@ -45,7 +45,7 @@ def token_error(approx: torch.Tensor, exact: torch.Tensor) -> float:
 
 
 def absmax_codes(t: torch.Tensor, per: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """INT8 absmax codes and scales from :func:`helpers.quantization.absmax_quantize`, shaped for a matmul.
+    """INT8 absmax codes and scales from :func:`helpers.s05_quantization.absmax_quantize`, shaped for a matmul.
 
     ``per``: one scale for the 'tensor', or one per 'row' (a column of scales). Codes come back as
     float32: they are integers from -128 to 127, which float32 holds exactly in half the bytes of float64,
@@ -97,7 +97,7 @@ def weight_only_matmul(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     """Weight-only INT8 (per output channel): activations stay in full precision.
 
     The dequantized weight ``q * scale`` is formed in float32. The scales are float32 numbers (from
-    :func:`helpers.quantization.absmax_quantize`, merely held in float64), and a code has at most 8
+    :func:`helpers.s05_quantization.absmax_quantize`, merely held in float64), and a code has at most 8
     significant bits, so float32 rounds the exact product once: the same weight float64 would give.
     """
     _check_matmul(x, w)
@@ -248,7 +248,7 @@ def greedy_choices(model, prompt_ids: torch.Tensor, continuation: torch.Tensor) 
 
     One forward pass over prompt + continuation (teacher forcing); returns (n,) token ids.
     """
-    _check_ids(prompt_ids)
+    check_ids(prompt_ids)
     if continuation.dim() != 2 or continuation.shape[0] != 1 or continuation.shape[1] < 1:
         raise ValueError(f"continuation must be shaped (1, n) with n >= 1, got {tuple(continuation.shape)}.")
     seq = torch.cat([prompt_ids, continuation], dim=1)

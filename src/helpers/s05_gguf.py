@@ -22,7 +22,7 @@ own reader also unpacks every metadata value, the whole vocabulary included,
 which takes seconds for the few hundred entries we need.
 
 Q4_1 also appears here as a quantizer (:func:`q4_1_quantize`), because our
-reference weights are stored in it; :mod:`helpers.quantization` re-exports it.
+reference weights are stored in it; :mod:`helpers.s05_quantization` re-exports it.
 """
 from __future__ import annotations
 
@@ -34,7 +34,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .quant_blocks import _check_weights, _Layout
+from .infra.model import embedded_gguf_path, resolve_source
+from .s05_quant_blocks import Layout, check_weights
 
 # The three simple formats we unpack ourselves: (weights per block, bytes per block).
 Q4_0_BLOCK, Q4_0_BYTES = 32, 2 + 16          # fp16 d, 32 four-bit codes:  w = (q - 8) * d
@@ -48,8 +49,8 @@ UNPACKED = ("Q4_0", "Q4_1", "Q8_0")
 
 def _q4_1_steps(w: torch.Tensor):
     """Q4_1's blocks of ``w`` and their layout, each block's minimum and its step ``d = (max - min) / 15`` (fp32)."""
-    w = _check_weights(w)
-    lay = _Layout(w.shape, None, Q4_1_BLOCK)
+    w = check_weights(w)
+    lay = Layout(w.shape, None, Q4_1_BLOCK)
     b = lay.to_blocks(w)
     mn = b.amin(dim=1, keepdim=True)
     return lay, b, mn, (b.amax(dim=1, keepdim=True) - mn) / 15
@@ -85,7 +86,7 @@ def q4_1_error_estimate(w: torch.Tensor) -> float:
     sit on a Q4_1 grid (our reference) this estimates how far the grid is from
     the unknown weights it was rounded from.
     """
-    w = _check_weights(w)
+    w = check_weights(w)
     d = _q4_1_steps(w)[3].reshape(-1).half()      # the steps as stored; the codes are not needed
     norm = float(torch.linalg.vector_norm(w))
     if norm == 0:
@@ -112,7 +113,6 @@ def gguf_name(name: str) -> str:
 
 def model_gguf_path(setting: str | None = None) -> str | None:
     """The GGUF file the current model was loaded from, or None when it is not a GGUF (a folder, a hub id)."""
-    from .model import resolve_source
     kind, location = resolve_source(setting)
     return location if kind in ("embedded", "gguf") else None
 
@@ -337,7 +337,6 @@ def reference_dequantize(fmt: str, raw, shape: tuple[int, int]) -> torch.Tensor:
 
 def read_q4_1(name: str, path: str | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The stored (codes, d, m) of one Q4_1 matrix (the embedded model's by default); codes shaped like the matrix."""
-    from .model import embedded_gguf_path
     path = str(path or embedded_gguf_path())
     fmt, raw, shape = stored_blocks(name, path)
     if fmt != "Q4_1":
