@@ -9,14 +9,34 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))   # so the fixtures can import tests/second_model.py
 
 
+TINY = dict(vocab_size=97, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=16, max_position_embeddings=256)
+
+
+def tiny_llama_config(**overrides):
+    """The tiny Llama's configuration, with any field changed: ``tiny_llama_config(num_hidden_layers=1)``.
+
+    Fields that follow from others (``head_dim`` from the width and the heads) follow them unless given.
+    """
+    from transformers import LlamaConfig
+    fields = {**TINY, **overrides}
+    if "head_dim" not in overrides and ("hidden_size" in overrides or "num_attention_heads" in overrides):
+        fields["head_dim"] = fields["hidden_size"] // fields["num_attention_heads"]
+    return LlamaConfig(**fields)
+
+
+def make_tiny_llama(seed: int = 0, **overrides):
+    """A Llama with random weights (seeded), small enough to build in milliseconds: the one factory every test
+    uses for a model of the real model's family. ``overrides`` change its configuration."""
+    from transformers import LlamaForCausalLM
+    torch.manual_seed(seed)
+    return LlamaForCausalLM(tiny_llama_config(**overrides)).eval()
+
+
 @pytest.fixture(scope="session")
 def tiny_llama():
     """A 2-layer Llama with random weights: same code paths as the real model, built in milliseconds."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=97, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=256)
-    return LlamaForCausalLM(cfg).eval()
+    return make_tiny_llama()
 
 
 @pytest.fixture(scope="session")

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from helpers import s05_gguf as G
+from helpers.infra.model import weight_bytes_at
 from helpers import s05_quantization as Q
 
 
@@ -297,7 +298,7 @@ def test_bits_per_weight_and_bytes_known_values():
     assert Q.bits_per_weight(4, 64, scale_bits=32) == 4.5 # bitsandbytes keeps fp32 absmax
     assert Q.bits_per_weight(8) == 8.0
     n = 494_032_768                                       # Qwen2.5-0.5B
-    assert [round(Q.weight_bytes_at(n, b) / 1e9, 2) for b in (32, 16, 8)] == [1.98, 0.99, 0.49]
+    assert [round(weight_bytes_at(n, b) / 1e9, 2) for b in (32, 16, 8)] == [1.98, 0.99, 0.49]
     with pytest.raises(ValueError):
         Q.bits_per_weight(4, 0)
 

@@ -91,6 +91,15 @@ def cache_to_kv(cache) -> list[tuple[torch.Tensor, torch.Tensor]]:
     return [layer_kv(cache, i) for i in range(num_cache_layers(cache))]
 
 
+def repeat_rows(model, cache, times: int) -> object:
+    """A new cache whose batch is every row of ``cache`` repeated ``times`` times (row order: all of them, then
+    all again, as :meth:`torch.Tensor.repeat`): one prefilled prompt serves ``times`` requests without a copy
+    per request being computed. The source cache is left as it was."""
+    if not isinstance(times, int) or isinstance(times, bool) or times < 1:
+        raise ValueError(f"a cache row is repeated a positive whole number of times, got {times!r}.")
+    return cache_from_kv(model, [(k.repeat(times, 1, 1, 1), v.repeat(times, 1, 1, 1)) for k, v in cache_to_kv(cache)])
+
+
 def crop_cache(cache, keep: int) -> None:
     """Keep only the first ``keep`` tokens of every layer (in place)."""
     if keep < 0:

@@ -31,7 +31,7 @@ Schemes
   codes, an fp16 scale ``d`` and an fp16 minimum ``m``, ``w ~ q * d + m``, 5 bits per
   weight), is defined with the other GGUF block formats in :mod:`helpers.s05_gguf`;
   a :class:`Scheme` of kind ``"q4_1"`` uses it;
-* :func:`bits_per_weight`, :func:`weight_bytes_at`: the bookkeeping;
+* :func:`bits_per_weight`: the bookkeeping (bytes at those bits: :func:`helpers.infra.model.weight_bytes_at`);
 * :func:`relative_error`: ``||W - W_hat|| / ||W||``;
 * :class:`Scheme`, :func:`projection_weights`, :func:`relative_errors`,
   :func:`quantized_projections`: apply a scheme to every projection matrix of a model.
@@ -200,13 +200,6 @@ def bits_per_weight(bits: int, group_size: int | None = None, scale_bits: int = 
     if isinstance(group_size, bool) or not isinstance(group_size, numbers.Integral) or group_size < 1:
         raise ValueError(f"group_size must be a positive integer or None, got {group_size!r}.")
     return bits + (scale_bits + zero_bits) / group_size
-
-
-def weight_bytes_at(n_params: int, bits: float) -> float:
-    """Bytes to store ``n_params`` weights at ``bits`` each (bookkeeping included if ``bits`` includes it)."""
-    if n_params < 0 or bits <= 0:
-        raise ValueError(f"Need n_params >= 0 and bits > 0, got {n_params} and {bits}.")
-    return n_params * bits / 8
 
 
 def relative_error(w: torch.Tensor, w_hat: torch.Tensor) -> float:

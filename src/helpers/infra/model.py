@@ -262,6 +262,16 @@ def weight_bytes(model: torch.nn.Module) -> int:
     return sum(p.numel() * p.element_size() for p in {id(p): p for p in model.parameters()}.values())
 
 
+def weight_bytes_at(n_params: int, bits: float) -> float:
+    """Bytes to store ``n_params`` weights at ``bits`` each (bookkeeping included if ``bits`` includes it).
+
+    The one formula for weight bytes: section 3's architectures, section 5's formats and section 10's budget
+    all use it; :func:`weight_bytes` counts what a loaded model actually allocated."""
+    if n_params < 0 or bits <= 0:
+        raise ValueError(f"Need n_params >= 0 and bits > 0, got {n_params} and {bits}.")
+    return n_params * bits / 8
+
+
 def prepare(name: str | None = None) -> LoadedModel:
     """Load the model once so its fp32 copy is cached (the install step runs this; no notebook pays for it)."""
     kind, where = resolve_source(name)
