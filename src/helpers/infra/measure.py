@@ -1,4 +1,4 @@
-"""Timing and memory, done the way noisy machines need.
+"""Timing and memory, done the way noisy machines need (infrastructure).
 
 * :func:`time_it` warms up, repeats, and reports the median; :func:`interleaved_medians` does it
   for several cases at once, in turn, so that their ratios survive a noisy machine.
@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 from .controls import is_static
 
 
@@ -134,8 +136,6 @@ class _LiveTensorBytes:
 
 
 def _tensor_peak(fn: Callable[[], object]) -> int:
-    from torch.utils._python_dispatch import TorchDispatchMode
-    from torch.utils._pytree import tree_leaves
 
     counter = _LiveTensorBytes()
 
@@ -175,6 +175,7 @@ def peak_memory(fn: Callable[[], object], device: str | torch.device | None = No
 
 def progress(iterable, desc: str | None = None, **kwargs):
     """A tqdm progress bar: a widget in JupyterLab, plain text (on stderr) in the static book build."""
+    # Imported here, on purpose: which tqdm depends on the mode, and tqdm.auto draws a widget in a kernel.
     if is_static():
         from tqdm.std import tqdm
     else:

