@@ -81,18 +81,11 @@ def machine_speed() -> str:
     Shared machines drift (the same notebook has taken 40 s and 58 s an hour apart here); printing these
     beside the table says which kind of hour the times come from."""
     import torch
-    x, w, big = torch.randn(2048, 576), torch.randn(1536, 576), torch.randn(64 * 2 ** 20)
 
-    def median_seconds(f, n):
-        f()
-        times = []
-        for _ in range(n):
-            t0 = time.perf_counter()
-            f()
-            times.append(time.perf_counter() - t0)
-        return sorted(times)[n // 2]
-    gflops = 2 * x.shape[0] * x.shape[1] * w.shape[0] / median_seconds(lambda: x @ w.T, 20) / 1e9
-    gbs = big.numel() * 4 / median_seconds(big.sum, 10) / 1e9
+    from helpers.infra.measure import time_it
+    x, w, big = torch.randn(2048, 576), torch.randn(1536, 576), torch.randn(64 * 2 ** 20)
+    gflops = 2 * x.shape[0] * x.shape[1] * w.shape[0] / time_it(lambda: x @ w.T, repeats=20).median / 1e9
+    gbs = big.numel() * 4 / time_it(big.sum, repeats=10).median / 1e9
     return f"fp32 matmul {gflops:.0f} GFLOP/s, memory read {gbs:.1f} GB/s"
 
 

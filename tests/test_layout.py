@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import ast
 import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import jupytext
@@ -207,3 +210,17 @@ def test_a_notebook_prints_templates_not_f_strings_and_no_helper_source(nb):
 def test_the_helpers_print_templates_not_f_strings():
     found = [f"{p.relative_to(ROOT)} {hit}" for p in modules().values() for hit in f_string_sentences(p.read_text())]
     assert not found, "\n".join(found)
+
+
+# ------------------------------------------------------------------ sources jupytext leaves alone
+
+@pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.stem)
+def test_a_source_is_what_jupytext_writes_so_make_lab_never_rewrites_it(nb, tmp_path):
+    """`make lab` runs `jupytext --sync`, which writes the .md as well as the .ipynb: a source in any other
+    layout would change in a student's checkout the first time they open the chapter."""
+    shutil.copy(ROOT / "jupytext.toml", tmp_path)
+    copy = tmp_path / nb.name
+    shutil.copy(nb, copy)
+    subprocess.run([sys.executable, "-m", "jupytext", "--sync", "--quiet", str(copy)], check=True, cwd=tmp_path)
+    assert copy.with_suffix(".ipynb").exists()
+    assert copy.read_text() == nb.read_text(), f"jupytext rewrites {nb.name}: run it through `jupytext --sync` once"
