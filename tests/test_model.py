@@ -2,6 +2,7 @@ import importlib.metadata
 
 import pytest
 
+from conftest import make_tiny_llama
 from helpers.infra import model as M
 
 
@@ -56,11 +57,9 @@ def test_the_cached_copy_stores_a_tied_head_once_under_the_embedding_and_loads_b
     import torch
     from safetensors import safe_open
     from safetensors.torch import save_file
-    from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=97, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                      num_key_value_heads=2, head_dim=16, tie_word_embeddings=tied)
-    model = LlamaForCausalLM(cfg).eval()
+    from transformers import AutoModelForCausalLM
+    model = make_tiny_llama(tie_word_embeddings=tied)
+    cfg = model.config
     state = M._state_without_tied_copies(model)
     assert ("lm_head.weight" in state) is not tied and "model.embed_tokens.weight" in state
     cfg.save_pretrained(tmp_path)
