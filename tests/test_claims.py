@@ -115,3 +115,15 @@ def test_measure_checked_measures_once_where_claims_are_reported(reporting, monk
     measure, calls = runs_of(1.0, 1.5)
     result, checks = claims.measure_checked(measure, growth_checks)
     assert (result, len(calls), checks["grows"][0]) == (1.0, 1, False)
+
+
+def test_a_claim_formats_its_templates_with_named_fields(reporting, monkeypatch):
+    shown = []
+    monkeypatch.setattr(claims, "say", lambda t, **f: shown.append(message(t, **f)))
+    assert claims.claim(True, "it grows {r:.1f}x", "from {a} to {b}", r=1.25, a=1, b=2)
+    assert claims.claim(False, "flat", "{r:.2f}x", {"r": 1.5}) is False
+    assert "it grows 1.2x" in shown[0] and "(from 1 to 2)" in shown[0] and "1.50x" in shown[1]
+    with pytest.raises(ValueError, match="do not use"):
+        claims.claim(True, "flat", "{r:.2f}x", r=1.0, extra=2)
+    with pytest.raises(ValueError, match="missing"):
+        claims.claim(True, "flat {x}", "{r:.2f}x", r=1.0)

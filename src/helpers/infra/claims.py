@@ -67,11 +67,11 @@ def claim(holds, statement: str, evidence: str = "", fields: Mapping[str, object
     Asserts on the default model; elsewhere shows the verdict and returns it.
     """
     holds, values = bool(holds), {**(fields or {}), **more}
-    statement = message(statement, **{k: v for k, v in values.items() if k in fields_of(statement)})
-    evidence = message(evidence, **{k: v for k, v in values.items() if k in fields_of(evidence)})
     unused = values.keys() - fields_of(statement) - fields_of(evidence)
     if unused:
         raise ValueError(f"claim() was given fields its sentences do not use: {sorted(unused)}.")
+    statement = message(statement, **{k: v for k, v in values.items() if k in fields_of(statement)})
+    evidence = message(evidence, **{k: v for k, v in values.items() if k in fields_of(evidence)})
     if strict():
         assert holds, f"The chapter's claim failed on the default model: {statement} ({evidence})."
         return True
