@@ -83,9 +83,10 @@ def machine_speed() -> str:
     import torch
 
     from helpers.infra.measure import time_it
+    from helpers.s02_roofline import gb_per_s, gflop_per_s
     x, w, big = torch.randn(2048, 576), torch.randn(1536, 576), torch.randn(64 * 2 ** 20)
-    gflops = 2 * x.shape[0] * x.shape[1] * w.shape[0] / time_it(lambda: x @ w.T, repeats=20).median / 1e9
-    gbs = big.numel() * 4 / time_it(big.sum, repeats=10).median / 1e9
+    gflops = gflop_per_s(2 * x.shape[0] * x.shape[1] * w.shape[0], time_it(lambda: x @ w.T, repeats=20).median)
+    gbs = gb_per_s(big.numel() * 4, time_it(big.sum, repeats=10).median)
     return f"fp32 matmul {gflops:.0f} GFLOP/s, memory read {gbs:.1f} GB/s"
 
 

@@ -1,7 +1,8 @@
 import pytest
 import torch
 
-from helpers import s01_attention as attention
+from helpers import s01_attention as attention, s01_kv_cache as kv_cache
+from helpers.infra import chapter as ch
 
 
 def test_cached_step_equals_uncached_step():
@@ -15,8 +16,9 @@ def test_cached_step_equals_uncached_step():
 
 
 def test_score_matrix_bytes_chapter_values():
-    assert attention.score_matrix_bytes(4096, cached=False) == 67_108_864   # "67 MB"
-    assert attention.score_matrix_bytes(4096, cached=True) == 16_384        # "16 KB"
+    n = 4096                                                  # the chapter's context for its "67 MB" and "16 KB"
+    assert (attention.score_matrix_bytes(n, cached=False), attention.score_matrix_bytes(n, cached=True)) == \
+        ch.S1_SCORE_MATRIX_BYTES
     with pytest.raises(ValueError):
         attention.score_matrix_bytes(0, cached=True)
 
@@ -49,17 +51,15 @@ def test_cached_linear_uncached_quadratic_ratio_grows():
 
 
 def test_dims_from_config():
-    from transformers import Qwen2Config
-    cfg = Qwen2Config(hidden_size=896, num_attention_heads=14, num_key_value_heads=2, num_hidden_layers=24,
-                      intermediate_size=4864, vocab_size=151936)
-    d = attention.Dims.from_config(cfg)
-    assert (d.head_dim, d.kv_heads, d.layers) == (64, 2, 24)
+    d = attention.Dims.from_config(ch.qwen25_config())       # head_dim is not in the config: hidden / heads
+    q = ch.QWEN25
+    assert (d.head_dim, d.heads, d.kv_heads, d.layers, d.hidden, d.mlp, d.vocab) == \
+        (q["head_dim"], q["query_heads"], q["kv_heads"], q["layers"], q["hidden"], q["mlp"], q["vocab"])
 
 
 def test_counted_flops_match_the_mac_count_on_a_real_model(tiny_llama):
-    from helpers import s01_kv_cache as kv_cache
     d = attention.Dims.from_config(tiny_llama.config)
-    ids = torch.randint(0, 97, (1, 9), generator=torch.Generator().manual_seed(0))
+    ids = torch.randint(0, tiny_llama.config.vocab_size, (1, 9), generator=torch.Generator().manual_seed(0))
     _, cache = kv_cache.forward(tiny_llama, ids[:, :8], cache=kv_cache.new_cache(tiny_llama))
     step = attention.counted_flops(tiny_llama, ids[:, 8:], cache)
     assert step.total == 2 * attention.macs_step(d, 9, cached=True)

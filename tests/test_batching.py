@@ -4,23 +4,22 @@ import statistics
 import numpy as np
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+from conftest import make_tiny_llama
 
 from helpers import s04_batching as bt
 from helpers import s04_scheduling as sc
+from helpers import s04_servers as sv
 from helpers import s04_slots as sl
 from helpers import s04_solo as so
 from helpers import s01_kv_cache as kc
+from helpers.infra import chapter
 
 
 @pytest.fixture(scope="module")
 def tiny():
     threads = torch.get_num_threads()
     torch.set_num_threads(1)          # a tiny model is all overhead: one thread is fastest, and immune to busy CPUs
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)
-    yield LlamaForCausalLM(cfg).eval()
+    yield make_tiny_llama(vocab_size=256, max_position_embeddings=512)     # token ids 0..255 in the prompts below
     torch.set_num_threads(threads)
 
 
@@ -33,9 +32,14 @@ def ragged():
     return prompts, lengths
 
 
+def alone(model, prompt, n_new):
+    """What one request produces alone: prefill, then batch-1 decode steps (the reference for exactness)."""
+    return kc.generate_cached(model, prompt, n_new)[0].tolist()
+
+
 @pytest.fixture(scope="module")
 def solo(tiny, ragged):
-    return [so.solo_outputs(tiny, p, n) for p, n in zip(*ragged)]
+    return [alone(tiny, p, n) for p, n in zip(*ragged)]
 
 
 # --------------------------------------------------------------------------- the real scheduler
@@ -45,7 +49,7 @@ def solo(tiny, ragged):
 @pytest.mark.parametrize("slots", [1, 4])
 def test_serve_gives_every_request_its_solo_output(tiny, ragged, solo, policy, slots):
     prompts, lengths = ragged
-    s = sl.serve(tiny, prompts, lengths, slots, policy)
+    s = sv.serve(tiny, prompts, lengths, slots, policy)
     for i, n in enumerate(lengths):
         assert s.outputs[i] == solo[i], f"request {i} differs from its solo run"
         assert len(s.outputs[i]) == n
@@ -53,8 +57,8 @@ def test_serve_gives_every_request_its_solo_output(tiny, ragged, solo, policy, s
 
 def test_static_pays_padding_continuous_does_not(tiny, ragged, solo):
     prompts, lengths = ragged
-    st = sl.serve(tiny, prompts, lengths, 3, "static")
-    co = sl.serve(tiny, prompts, lengths, 3, "continuous")
+    st = sv.serve(tiny, prompts, lengths, 3, "static")
+    co = sv.serve(tiny, prompts, lengths, 3, "continuous")
     assert all(st.outputs[i] == co.outputs[i] == solo[i] for i in range(len(lengths)))
     groups = [lengths[i:i + 3] for i in range(0, len(lengths), 3)]
     # the first token of every request comes from its prefill, the rest from batched steps
@@ -70,9 +74,9 @@ def test_static_pays_padding_continuous_does_not(tiny, ragged, solo):
 
 def test_side_by_side_gives_the_same_schedules_as_separate_runs(tiny, ragged, solo):
     prompts, lengths = ragged
-    both = sl.serve_side_by_side(tiny, prompts, lengths, 3)
+    both = sv.serve_side_by_side(tiny, prompts, lengths, 3)
     for policy, s in both.items():
-        alone = sl.serve(tiny, prompts, lengths, 3, policy)
+        alone = sv.serve(tiny, prompts, lengths, 3, policy)
         assert s.outputs == alone.outputs and s.steps == alone.steps and s.slot == alone.slot
         assert all(s.outputs[i] == solo[i] for i in range(len(lengths)))
         assert 0 < s.makespan and all(0 <= a <= f <= r <= s.makespan for a, f, r in zip(s.admit, s.finish, s.release))
@@ -80,7 +84,7 @@ def test_side_by_side_gives_the_same_schedules_as_separate_runs(tiny, ragged, so
 
 def test_work_clock_stops_while_waiting():
     ticks = iter([0.0, 1.0, 5.0, 6.5, 7.0])
-    c = sl.WorkClock(lambda: next(ticks))
+    c = sv.WorkClock(lambda: next(ticks))
     c.start()      # 0
     c.stop()       # 1: one second of work
     c.start()      # 5: four seconds waiting, not counted
@@ -98,7 +102,7 @@ def _two_rows(tiny, p1, p2):
 def test_slot_batch_rows_match_solo_and_broken_masks_or_positions_do_not(tiny):
     g = torch.Generator().manual_seed(5)
     p1, p2 = torch.randint(0, 256, (1, 3), generator=g), torch.randint(0, 256, (1, 12), generator=g)
-    solo = [so.solo_outputs(tiny, p, 8) for p in (p1, p2)]
+    solo = [alone(tiny, p, 8) for p in (p1, p2)]
     # the short row's logits after one batched step, against its own next step alone
     nxt, cache = kc.prefill(tiny, p1)
     with torch.inference_mode():
@@ -136,22 +140,23 @@ def test_slot_batch_keep_trims_shared_padding(tiny):
 
 
 def test_cache_round_trip(tiny):
+    """The slot batch keeps its rows as (K, V) tensors and rebuilds a cache from them: nothing may change."""
     _, cache = kc.prefill(tiny, torch.arange(9)[None])
-    kv = bt.cache_to_kv(cache)
-    again = bt.cache_to_kv(bt.cache_from_kv(tiny, kv))
+    kv = kc.cache_to_kv(cache)
+    again = kc.cache_to_kv(kc.cache_from_kv(tiny, kv))
     assert all(torch.equal(a, c) and torch.equal(b, d) for (a, b), (c, d) in zip(kv, again))
 
 
 def test_serve_rejects_bad_input(tiny, ragged):
     prompts, lengths = ragged
     with pytest.raises(ValueError, match="slots"):
-        sl.serve(tiny, prompts, lengths, 0, "continuous")
+        sv.serve(tiny, prompts, lengths, 0, "continuous")
     with pytest.raises(ValueError, match="empty"):
-        sl.serve(tiny, [], [], 2, "static")
+        sv.serve(tiny, [], [], 2, "static")
     with pytest.raises(ValueError, match="policy"):
-        sl.serve(tiny, prompts, lengths, 2, "greedy")
+        sv.serve(tiny, prompts, lengths, 2, "greedy")
     with pytest.raises(ValueError, match="one output length per prompt"):
-        sl.serve(tiny, prompts, lengths[:-1], 2, "static")
+        sv.serve(tiny, prompts, lengths[:-1], 2, "static")
 
 
 # --------------------------------------------------------------------------- the paper model
@@ -208,16 +213,17 @@ def test_simulate_rejects_bad_input():
 
 def test_chapter_lengths_match_the_chapter():
     lengths = sc.chapter_lengths()
-    assert len(lengths) == 64 and statistics.median(lengths) == 18
-    assert max(lengths) == 231 and sum(lengths) == 1874
+    assert len(lengths) == chapter.S4_REQUESTS and statistics.median(lengths) == chapter.S4_MEDIAN
+    assert max(lengths) == chapter.S4_LONGEST and sum(lengths) == chapter.S4_TOTAL
 
 
 def test_seed_shuffles_order_only_and_skew_zero_is_flat():
     a, b = sc.chapter_lengths(seed=0), sc.chapter_lengths(seed=1)
     assert a != b and sorted(a) == sorted(b)
-    assert set(sc.chapter_lengths(skew=0.0)) == {18}
+    assert set(sc.chapter_lengths(skew=0.0)) == {chapter.S4_MEDIAN}
     lo, hi = sc.chapter_lengths(skew=0.5), sc.chapter_lengths(skew=1.5)
-    assert max(lo) < 231 < max(hi) and statistics.median(lo) == statistics.median(hi) == 18
+    assert max(lo) < chapter.S4_LONGEST < max(hi)
+    assert statistics.median(lo) == statistics.median(hi) == chapter.S4_MEDIAN
 
 
 def test_round_keeping_total():
@@ -237,8 +243,10 @@ def test_percentile_matches_numpy():
 
 def test_knee_known_values():
     # the chapter's table: latency x2.67 at 16, nearly doubling again at 32
-    assert bt.find_knee([1, 16, 32], [1.0, 2.67, 5.3], factor=3.0) == 16
-    assert bt.find_knee([1, 16, 32], [1.0, 2.67, 5.3]) == 1
+    knee, lat = chapter.S4_KNEE, chapter.S4_LATENCY_1_TO_16
+    chapters = [1.0, lat, lat * chapter.S4_LATENCY_16_TO_32]
+    assert bt.find_knee([1, knee, 2 * knee], chapters, factor=3.0) == knee
+    assert bt.find_knee([1, knee, 2 * knee], chapters) == 1
     # step = a + b*B with a = 20 b: the step doubles (a + bB = 2(a + b)) at B = 21, so 16 is the knee
     batches = [1, 2, 4, 8, 16, 32, 64]
     assert bt.find_knee(batches, [20 + b for b in batches]) == 16
@@ -254,8 +262,12 @@ def test_knee_known_values():
 
 
 def test_per_doubling_gain():
-    assert bt.per_doubling_gain(1, 1.0, 16, 6.0) == pytest.approx(6.0 ** 0.25)
-    assert bt.per_doubling_gain(16, 6.0, 32, 6.54) == pytest.approx(1.09)
+    knee, up_to, beyond = chapter.S4_KNEE, chapter.S4_THROUGHPUT_1_TO_16, chapter.S4_THROUGHPUT_16_TO_32
+    assert bt.per_doubling_gain(1, 1.0, knee, up_to) == pytest.approx(up_to ** (1 / 4))    # 1 to 16: four doublings
+    assert bt.per_doubling_gain(knee, up_to, 2 * knee, up_to * beyond) == pytest.approx(beyond)     # one
+    assert bt.per_doubling_gain(2, 1.0, 8, 4.0) == pytest.approx(2.0)                # free: 2x per doubling
+    with pytest.raises(ValueError):
+        bt.per_doubling_gain(8, 1.0, 8, 1.0)
 
 
 def test_step_cost_interpolates():
@@ -267,13 +279,15 @@ def test_step_cost_interpolates():
         cost(0)
 
 
-def test_sweep_shapes_and_bad_input(tiny):
-    pts = bt.decode_step_sweep(tiny, [1, 3], context=5, repeats=2, warmup=0)
-    assert [p.batch for p in pts] == [1, 3]
-    assert all(p.tokens_per_second == pytest.approx(p.batch / p.step_seconds) for p in pts)
-    assert all(p.step_seconds <= p.median_seconds for p in pts)
-    with pytest.raises(ValueError):
-        bt.decode_step_sweep(tiny, [0, 2])
+def test_sweep_times_every_size_in_every_round_and_rejects_bad_sizes(tiny):
+    seen = []
+    sweep = bt.decode_step_sweep(tiny, [1, 3], context=5, repeats=2, warmup=1,
+                                 rounds=lambda r: (seen.append(i) or i for i in r))
+    assert list(sweep) == [1, 3] and seen == [0, 1, 2]               # one warm-up round, then two timed
+    assert all(len(t.times) == 2 and 0 < t.min <= t.median for t in sweep.values())
+    for bad in ([0, 2], [2, 2], []):
+        with pytest.raises(ValueError, match="batch_sizes"):
+            bt.decode_step_sweep(tiny, bad)
 
 
 def test_equal_lengths_leave_static_batching_nothing_to_waste():

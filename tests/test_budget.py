@@ -1,11 +1,12 @@
 """The memory budget: the chapter's three quoted numbers, the assumptions that reproduce them, bad input."""
-from fractions import Fraction
+import math
 
 import pytest
 
 from helpers.infra import chapter
+from helpers.infra.model import weight_bytes_at
 from helpers import s10_budget as budget
-from helpers.s03_cache_size import kv_bytes_per_token
+from helpers.s03_cache_size import bytes_per_element, kv_bytes_per_token
 
 
 def test_the_chapters_three_quoted_numbers_are_reproduced_exactly():
@@ -29,7 +30,7 @@ def test_bytes_per_token_come_from_the_section_3_formula():
 
 
 def test_int4_is_four_bits_plus_one_fp16_scale_per_group_of_128():
-    assert budget.WEIGHT_BITS["int4"] == Fraction(4125, 1000)
+    assert budget.WEIGHT_BITS["int4"] == 4.125
     assert budget.weight_bytes(13_000_000_000, "int4") == 6_703_125_000
     assert budget.weight_bytes(7_000_000_000, "int8") == 7_000_000_000
     assert budget.weight_bytes(3, "int4") == 2          # rounded up to a whole byte
@@ -39,14 +40,14 @@ def test_int4_is_four_bits_plus_one_fp16_scale_per_group_of_128():
 def test_each_alternative_assumption_misses_at_least_one_quoted_number(change):
     gb = 10 ** 9 if change == "decimal GB" else budget.GiB
     overhead = {"no overhead": 0, "1 GiB overhead": budget.GiB}.get(change, budget.RUNTIME_OVERHEAD)
-    int4_bits = Fraction(4) if change == "int4 as 4.0 bits" else budget.WEIGHT_BITS["int4"]
+    int4_bits = 4 if change == "int4 as 4.0 bits" else budget.WEIGHT_BITS["int4"]
 
     def tokens(card, model, bits):
         arch = budget.MODELS[model]
-        w = -(-arch.params * bits.numerator // (8 * bits.denominator))
+        w = math.ceil(weight_bytes_at(arch.params, bits))
         return budget.tokens_that_fit(card * gb, w, arch.bytes_per_token("fp16"), overhead)
 
-    got = (tokens(8, "13B", int4_bits), tokens(16, "7B", Fraction(8)), tokens(16, "13B", Fraction(8)))
+    got = (tokens(8, "13B", int4_bits), tokens(16, "7B", 8), tokens(16, "13B", 8))
     assert got != (337, 65_378, 3_136)
 
 
@@ -120,8 +121,8 @@ def test_the_users_a_cache_budget_holds_fit_and_one_more_would_not(cache_budget,
 @pytest.mark.parametrize("numbers_per_token", [4_608, 18_432, 1_000_003])
 def test_an_int8_cache_holds_at_least_four_times_the_tokens_of_an_fp32_one(memory, numbers_per_token):
     weights = 538_000_000
-    fp32 = budget.machine_tokens(memory, weights, numbers_per_token * budget.kv_bytes("fp32"))
-    int8 = budget.machine_tokens(memory, weights, numbers_per_token * budget.kv_bytes("int8"))
+    fp32 = budget.machine_tokens(memory, weights, numbers_per_token * bytes_per_element("fp32"))
+    int8 = budget.machine_tokens(memory, weights, numbers_per_token * bytes_per_element("int8"))
     assert fp32 > 0 and int8 >= 4 * fp32
 
 
@@ -147,7 +148,6 @@ def test_an_int8_cache_holds_at_least_four_times_the_tokens_of_an_fp32_one(memor
     lambda: budget.users_served(16, "7B", "int8", "fp16", True),
     lambda: budget.frontier(16, "7B", "int8", "fp16", [1024, "2k"]),
     lambda: budget.budget_table(cards=(8, "16")),
-    lambda: budget.kv_bytes(["fp16"]),
 ])
 def test_bad_input_to_every_function_gets_one_sentence(call):
     with pytest.raises(ValueError) as e:

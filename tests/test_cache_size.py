@@ -3,17 +3,22 @@ from fractions import Fraction
 
 import pytest
 import torch
-from transformers import LlamaConfig
+from transformers import Qwen2Config
 
+from conftest import tiny_llama_config
+from helpers import s01_kv_cache as kv_cache
 from helpers import s03_cache_calculator as calc
 from helpers import s03_cache_size as cs
-from helpers import s01_kv_cache as kv_cache
+from helpers.infra import chapter as ch
+
+NARROW = dict(hidden_size=32, head_dim=8, intermediate_size=16, vocab_size=64)   # 2 layers, 2 KV heads of dim 8
+Q = ch.QWEN25                                                                      # the chapter's model
+CHAPTER_GEOMETRY = (Q["layers"], Q["query_heads"], Q["kv_heads"], Q["head_dim"])
 
 
-def tiny_config(layers=2, heads=4, kv_heads=2, head_dim=8, hidden=32, mlp=16, vocab=64, **kw):
-    return LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=mlp, num_hidden_layers=layers,
-                       num_attention_heads=heads, num_key_value_heads=kv_heads, head_dim=head_dim,
-                       max_position_embeddings=256, **kw)
+def tiny_config(**overrides):
+    """The conftest tiny Llama's config, narrowed (``NARROW``): small caches whose bytes are easy to count."""
+    return tiny_llama_config(**{**NARROW, **overrides})
 
 
 @pytest.fixture(scope="module")
@@ -24,26 +29,29 @@ def tiny16():
 # --------------------------------------------------------------------------- the formula: known values
 
 def test_known_bytes_per_token():
-    assert cs.kv_bytes_per_token(24, 2, 64, 2) == 12_288            # the chapter's model, fp16
-    assert cs.kv_bytes_per_token(24, 14, 64, "fp16") == 86_016      # the same with full MHA
-    assert cs.kv_bytes_per_token(32, 8, 128, torch.float16) == 128 * 1024   # 7B class: 128 KiB
-    assert cs.kv_bytes_per_token(30, 3, 64, "float32") == 46_080    # SmolLM2-135M in fp32
-    assert cs.CHAPTER_MODEL.bytes_per_token("fp16") == 12_288
-    assert cs.SEVEN_B_CLASS.bytes_per_token("bf16") == 131_072
+    layers, _, kv_heads, head_dim = CHAPTER_GEOMETRY
+    assert cs.kv_bytes_per_token(layers, kv_heads, head_dim, 2) == ch.S3_BYTES_PER_TOKEN      # fp16
+    assert cs.kv_bytes_per_token(layers, Q["query_heads"], head_dim, "fp16") == ch.S3_MHA_BYTES_PER_TOKEN
+    s = ch.SEVEN_B
+    assert cs.kv_bytes_per_token(s["layers"], s["kv_heads"], s["head_dim"], torch.float16) == \
+        ch.S3_SEVEN_B_BYTES_PER_TOKEN
+    assert cs.kv_bytes_per_token(30, 3, 64, "float32") == 46_080    # SmolLM2-135M in fp32, by hand
+    assert cs.CHAPTER_MODEL.bytes_per_token("fp16") == ch.S3_BYTES_PER_TOKEN
+    assert cs.SEVEN_B_CLASS.bytes_per_token("bf16") == ch.S3_SEVEN_B_BYTES_PER_TOKEN
 
 
 def test_chapter_headline_numbers():
     bpt = cs.CHAPTER_MODEL.bytes_per_token("fp16")
-    assert cs.cache_bytes(bpt, 1, 295) == 3_624_960
+    assert cs.cache_bytes(bpt, 1, ch.S3_MEASURED_TOKENS) == ch.S3_MEASURED_BYTES
     rows = cs.shape_table(bpt, [(32, 2048), (64, 1024), (128, 512)])
-    assert {r["resident"] for r in rows} == {65_536}
-    assert {r["bytes"] for r in rows} == {768 * 2 ** 20}
+    assert {r["resident"] for r in rows} == {ch.S3_RESIDENT_TOKENS}
+    assert {r["bytes"] for r in rows} == {ch.S3_RESIDENT_MIB * 2 ** 20}
     assert cs.human_bytes(rows[0]["bytes"]) == "768 MiB"
-    # 7B class: 13.0 GiB of fp16 weights; one user's cache passes them between 100k and 128k tokens.
+    # 7B class: 13.0 GiB of fp16 weights; one user's cache passes them before the chapter's long context.
     w = cs.SEVEN_B_CLASS.weight_bytes("fp16")
-    assert cs.human_bytes(w) == "13.0 GiB"
+    assert round(w / 2 ** 30, 1) == ch.S3_SEVEN_B_WEIGHTS_GIB and cs.human_bytes(w) == "13.0 GiB"
     n = cs.context_to_exceed(w, cs.SEVEN_B_CLASS.bytes_per_token("fp16"))
-    assert n == 106_812 and n < 128_000
+    assert n == 106_812 and n < ch.S3_LONG_CONTEXT
 
 
 @pytest.mark.parametrize("name,expected", [("fp32", 4), ("float", 4), ("half", 2), ("BF16", 2), ("torch.float16", 2),
@@ -79,7 +87,7 @@ def test_variants_of_a_gqa_model():
 
 
 def test_cache_depends_only_on_resident_tokens():
-    bpt = 12_288
+    bpt = ch.S3_BYTES_PER_TOKEN
     for total in (1, 96, 65_536):
         sizes = {cs.cache_bytes(bpt, u, total // u) for u in range(1, total + 1) if total % u == 0}
         assert sizes == {total * bpt}
@@ -92,8 +100,9 @@ def test_context_to_exceed_is_the_first_context_past_the_limit():
 
 
 def test_calculator_values():
-    c = calc.calculator(24, 14, 2, 64, "fp16", users=3, tokens=100)
-    assert c["bytes_per_token"] == 12_288 and c["total_bytes"] == 3 * 100 * 12_288
+    c = calc.calculator(*CHAPTER_GEOMETRY, "fp16", users=3, tokens=100)
+    bpt = ch.S3_BYTES_PER_TOKEN
+    assert c["bytes_per_token"] == bpt and c["total_bytes"] == 3 * 100 * bpt
     assert c["mha_bytes"] == 7 * c["total_bytes"] and c["mqa_bytes"] * 2 == c["total_bytes"]
     assert (c["attention"], c["group_size"]) == ("GQA", 7)
 
@@ -131,19 +140,19 @@ def test_divisibility_message_suggests_divisors():
 # --------------------------------------------------------------------------- configs
 
 def test_from_config():
-    cfg = cs.chapter_config(intermediate_size=8, vocab_size=16)
+    cfg = ch.qwen25_config(intermediate_size=8, vocab_size=16)
     a = cs.KVArchitecture.from_config(cfg)
-    assert (a.layers, a.query_heads, a.kv_heads, a.head_dim) == (24, 14, 2, 64)
-    assert cs.kv_bytes_per_token_from_config(cfg, "fp16") == 12_288
+    assert (a.layers, a.query_heads, a.kv_heads, a.head_dim) == CHAPTER_GEOMETRY
+    assert cs.kv_bytes_per_token_from_config(cfg, "fp16") == ch.S3_BYTES_PER_TOKEN
     assert cs.kv_bytes_per_token_from_config(tiny_config(dtype="float32")) == 2 * 2 * 2 * 8 * 4
     with pytest.raises(ValueError):
         cs.kv_bytes_per_token_from_config(tiny_config())      # no dtype anywhere
     with pytest.raises(ValueError):
-        cs.chapter_config(kv_heads=3)
+        ch.qwen25_config(kv_heads=3)
 
 
 def test_sliding_window_configs_are_read_per_layer():
-    cfg = tiny_config(layers=3, layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+    cfg = tiny_config(num_hidden_layers=3, layer_types=["sliding_attention", "full_attention", "sliding_attention"],
                       sliding_window=16)
     a = cs.KVArchitecture.from_config(cfg)
     assert (a.window, a.window_layers) == (16, 2)
@@ -169,7 +178,6 @@ def test_a_window_needs_a_size_and_fits_the_layers():
 
 @pytest.mark.parametrize("tokens", [1, 14, 15, 16, 17, 40])
 def test_sliding_window_formula_equals_the_real_cache(tokens):
-    from transformers import Qwen2Config
     cfg = Qwen2Config(vocab_size=64, hidden_size=32, intermediate_size=16, num_hidden_layers=4,
                       num_attention_heads=4, num_key_value_heads=1, use_sliding_window=True, sliding_window=16,
                       max_window_layers=1, max_position_embeddings=256)
@@ -180,9 +188,10 @@ def test_sliding_window_formula_equals_the_real_cache(tokens):
 
 
 def test_sliding_calculator_row():
-    c = calc.calculator(24, 14, 2, 64, "fp16", users=1, tokens=4096, window=1024, window_layers=20)
-    assert c["total_bytes"] == (4 * 4096 + 20 * 1023) * 2 * 2 * 64 * 2
-    assert c["no_window_bytes"] == 24 * 4096 * 2 * 2 * 64 * 2
+    layers, _, kv_heads, head_dim = CHAPTER_GEOMETRY
+    c = calc.calculator(*CHAPTER_GEOMETRY, "fp16", users=1, tokens=4096, window=1024, window_layers=20)
+    assert c["total_bytes"] == ((layers - 20) * 4096 + 20 * 1023) * 2 * kv_heads * head_dim * 2
+    assert c["no_window_bytes"] == layers * 4096 * 2 * kv_heads * head_dim * 2
 
 
 # --------------------------------------------------------------------------- against the real cache
@@ -205,8 +214,8 @@ def test_measured_cache_follows_the_dtype(dtype):
 
 
 def test_hidden_mlp_vocab_do_not_matter():
-    a = cs.random_model(tiny_config(hidden=32, mlp=16, vocab=64))
-    b = cs.random_model(tiny_config(hidden=48, mlp=80, vocab=300))
+    a = cs.random_model(tiny_config())
+    b = cs.random_model(tiny_config(hidden_size=48, intermediate_size=80, vocab_size=300))
     assert cs.measure_cache(a, 2, 9).nbytes == cs.measure_cache(b, 2, 9).nbytes
 
 
@@ -226,6 +235,14 @@ def test_empty_cache_is_refused():
 
 
 # --------------------------------------------------------------------------- the static calculator
+
+def test_the_users_slider_says_when_its_steps_are_logarithmic():
+    assert calc.users_label([1, 2, 4, 8]) == "users (logarithmic steps: each x2)"
+    assert calc.users_label([1, 10, 100]) == "users (logarithmic steps: each x10)"
+    assert calc.users_label([1, 2, 3]) == calc.users_label([1, 2]) == "users"
+    fig = calc.calculator_figure([cs.CHAPTER_MODEL], ["fp16"], [1, 2, 4], tokens_range=(128, 512))
+    assert fig.layout.sliders[0].currentvalue.prefix == "users (logarithmic steps: each x2): "
+
 
 def test_calculator_figure_controls_compose():
     archs = [cs.CHAPTER_MODEL, cs.SEVEN_B_CLASS]

@@ -4,12 +4,15 @@ import math
 import pytest
 import torch
 
+from helpers import s08_drafts as drafts
 from helpers import s09_distillation as D
+from helpers.infra.model import decoder_layers
+from helpers.s08_speculative import processed
 
 
 def test_ratios_at_temperature_two_are_square_roots_of_ratios_at_one():
     z = torch.tensor([3.0, 2.7, 2.2, 1.0, -4.0], dtype=torch.float64)
-    r1, r2 = D.top_to_third(D.soft_labels(z, 1.0)), D.top_to_third(D.soft_labels(z, 2.0))
+    r1, r2 = D.top_to_third(processed(z, 1.0)), D.top_to_third(processed(z, 2.0))
     assert r2 == pytest.approx(math.sqrt(r1), rel=1e-12)
     assert r1 == pytest.approx(math.exp(3.0 - 2.2), rel=1e-12)
 
@@ -20,24 +23,24 @@ def test_full_logits_of_our_vocabulary_cost_about_197_kb_per_token():
 
 def test_a_student_keeping_every_layer_is_the_teacher(tiny_llama):
     ids = torch.randint(0, 97, (2, 9), generator=torch.Generator().manual_seed(0))
-    student = D.student_from_teacher(tiny_llama, [0, 1])
+    student = drafts.student_from_teacher(tiny_llama, [0, 1])
     with torch.no_grad():
         assert torch.equal(student(ids).logits, tiny_llama(ids).logits)
 
 
 def test_a_student_ties_its_head_to_its_embedding_as_the_teacher_does(tiny_llama):
     from helpers.infra.model import param_count
-    student = D.student_from_teacher(tiny_llama, [1])
+    student = drafts.student_from_teacher(tiny_llama, [1])
     tied = tiny_llama.get_output_embeddings().weight is tiny_llama.get_input_embeddings().weight
     assert (student.get_output_embeddings().weight is student.get_input_embeddings().weight) == tied
-    layer = sum(p.numel() for p in D.decoder_layers(tiny_llama)[1][0].parameters())
+    layer = sum(p.numel() for p in decoder_layers(tiny_llama)[1][0].parameters())
     assert param_count(student) == param_count(tiny_llama) - layer
 
 
 def test_the_teachers_pass_gives_the_first_layers_students_head_inputs(tiny_llama, second_model_dir):
     from transformers import AutoModelForCausalLM
     for teacher in (tiny_llama, AutoModelForCausalLM.from_pretrained(second_model_dir).eval()):
-        student = D.student_from_teacher(teacher, [0])
+        student = drafts.student_from_teacher(teacher, [0])
         ids = torch.randint(0, 97, (3, 9), generator=torch.Generator().manual_seed(4))
         logits, h = D.teacher_pass(teacher, ids, student, batch=2)
         with torch.no_grad():
@@ -48,9 +51,9 @@ def test_the_teachers_pass_gives_the_first_layers_students_head_inputs(tiny_llam
 
 
 def test_a_student_copies_the_kept_layers_and_renumbers_them(tiny_llama):
-    student = D.student_from_teacher(tiny_llama, [1])
-    _, t_layers = D.decoder_layers(tiny_llama)
-    _, s_layers = D.decoder_layers(student)
+    student = drafts.student_from_teacher(tiny_llama, [1])
+    _, t_layers = decoder_layers(tiny_llama)
+    _, s_layers = decoder_layers(student)
     assert len(s_layers) == 1 and student.config.num_hidden_layers == 1
     for (n1, p1), (n2, p2) in zip(t_layers[1].named_parameters(), s_layers[0].named_parameters()):
         assert n1 == n2 and torch.equal(p1, p2) and p1.data_ptr() != p2.data_ptr()   # a copy, not a view
@@ -62,7 +65,7 @@ def test_a_student_of_a_sliding_window_model_keeps_its_layer_types(second_model_
     from transformers import AutoModelForCausalLM
     teacher = AutoModelForCausalLM.from_pretrained(second_model_dir).eval()
     keep = D.every_kth(teacher.config.num_hidden_layers, 2)
-    student = D.student_from_teacher(teacher, keep)
+    student = drafts.student_from_teacher(teacher, keep)
     assert student.config.layer_types == [teacher.config.layer_types[i] for i in keep]
     with torch.no_grad():
         out = student(torch.tensor([[1, 2, 3, 4]])).logits
@@ -71,7 +74,7 @@ def test_a_student_of_a_sliding_window_model_keeps_its_layer_types(second_model_
 
 def test_a_zero_exit_adapter_changes_nothing_and_a_trained_one_does(tiny_llama):
     ids = torch.randint(0, 97, (1, 7), generator=torch.Generator().manual_seed(1))
-    student = D.student_from_teacher(tiny_llama, [0])
+    student = drafts.student_from_teacher(tiny_llama, [0])
     with torch.no_grad():
         before = student(ids).logits
         adapter = D.add_exit_adapter(student)
@@ -105,11 +108,11 @@ def test_evaluate_a_student_identical_to_the_teacher():
 
 def test_training_is_deterministic_and_lowers_the_loss(tiny_llama):
     ids = torch.randint(0, 97, (2, 12), generator=torch.Generator().manual_seed(3))
-    targets = D.teacher_targets(tiny_llama, ids, k=8)
+    targets, _ = D.teacher_pass(tiny_llama, ids, None, k=8)
     assert targets.values.shape == (2, 12, 8) and targets.nbytes == 2 * 12 * 8 * 8
 
     def run():
-        student = D.student_from_teacher(tiny_llama, [0])
+        student = drafts.student_from_teacher(tiny_llama, [0])
         adapter = D.add_exit_adapter(student)
         h = D.head_inputs(student, ids)
         head = student.get_output_embeddings()    # its pre-hook applies the adapter
@@ -121,8 +124,8 @@ def test_training_is_deterministic_and_lowers_the_loss(tiny_llama):
 
 
 def test_bad_input_gets_one_sentence(tiny_llama):
-    for bad in (lambda: D.soft_labels(torch.zeros(3), 0.0), lambda: D.every_kth(30, 0),
-                lambda: D.student_from_teacher(tiny_llama, [1, 0]), lambda: D.student_from_teacher(tiny_llama, [5])):
+    for bad in (lambda: processed(torch.zeros(3), 0.0), lambda: D.every_kth(30, 0),
+                lambda: drafts.student_from_teacher(tiny_llama, [1, 0]), lambda: drafts.student_from_teacher(tiny_llama, [5])):
         with pytest.raises(ValueError) as e:
             bad()
         assert "\n" not in str(e.value) and str(e.value).endswith(".")
@@ -141,7 +144,7 @@ def test_a_held_reference_gives_exactly_what_evaluate_computes_from_the_teachers
             float((student.argmax(-1) == teacher.argmax(-1)).float().mean()))
         got = D.evaluate(student, ref)
         assert got == D.evaluate(student, teacher, ids) == D.evaluate(student, ref, ids)   # bit for bit
-        assert got.perplexity == by_hand.perplexity and got.agreement == by_hand.agreement
+        assert got.perplexity == pytest.approx(by_hand.perplexity, rel=1e-6) and got.agreement == by_hand.agreement
         assert got.kl == pytest.approx(by_hand.kl, rel=1e-6)
     assert ref.perplexity == D.evaluate(teacher, teacher, ids).perplexity
     with pytest.raises(ValueError, match="ids differ"):
@@ -149,13 +152,13 @@ def test_a_held_reference_gives_exactly_what_evaluate_computes_from_the_teachers
 
 
 def test_a_student_shares_the_teachers_embedding_and_head_and_copies_only_its_layers(tiny_llama):
-    student = D.student_from_teacher(tiny_llama, [1])
-    shared = {n: p.data_ptr() for n, p in tiny_llama.named_parameters() if not n.startswith(D.decoder_layers(tiny_llama)[0])}
+    student = drafts.student_from_teacher(tiny_llama, [1])
+    shared = {n: p.data_ptr() for n, p in tiny_llama.named_parameters() if not n.startswith(decoder_layers(tiny_llama)[0])}
     assert shared and all(dict(student.named_parameters())[n].data_ptr() == ptr for n, ptr in shared.items())
     with torch.no_grad():                               # training the student's layer leaves the teacher alone
-        before = D.decoder_layers(tiny_llama)[1][1].mlp.down_proj.weight.clone()
-        D.decoder_layers(student)[1][0].mlp.down_proj.weight.add_(1.0)
-        assert torch.equal(D.decoder_layers(tiny_llama)[1][1].mlp.down_proj.weight, before)
+        before = decoder_layers(tiny_llama)[1][1].mlp.down_proj.weight.clone()
+        decoder_layers(student)[1][0].mlp.down_proj.weight.add_(1.0)
+        assert torch.equal(decoder_layers(tiny_llama)[1][1].mlp.down_proj.weight, before)
 
 
 def test_the_teachers_pass_keeps_one_forwards_logits_within_the_budget():
@@ -173,6 +176,17 @@ def test_evaluate_in_slices_is_bit_for_bit_evaluate_in_one_piece(monkeypatch):
     monkeypatch.setattr(D, "LOGITS_BUDGET", 16 * 40 * 3)     # three positions a slice: 5 slices a row
     assert len(D._slices(13, 40)) == 5
     assert D.evaluate(student, teacher, ids) == whole
-    assert whole.perplexity == math.exp(float(D.hard_loss(student, ids)))
+    assert whole.perplexity == pytest.approx(math.exp(float(D.hard_loss(student, ids))), rel=1e-6)
     with pytest.raises(ValueError, match="same text"):
         D.evaluate(student[:, :5], D.held_reference(teacher, ids))
+
+
+def test_the_perplexity_of_rows_is_section_7s_perplexity_pooled_over_the_rows():
+    from helpers.s07_quality import perplexity_from_logits
+    g = torch.Generator().manual_seed(6)
+    logits, ids = torch.randn(3, 11, 30, generator=g) * 3, torch.randint(0, 30, (3, 11), generator=g)
+    one = [perplexity_from_logits(logits[r:r + 1], ids[r:r + 1], n_bytes=10) for r in range(3)]
+    assert D.perplexity_of_rows(logits[:1], ids[:1]) == one[0].perplexity
+    pooled = math.exp(sum(p.nll for p in one) / 3)           # every row has the same number of tokens
+    assert D.perplexity_of_rows(logits, ids) == pytest.approx(pooled, rel=1e-6)
+    assert D.perplexity_of_rows(logits, ids) != pytest.approx(one[0].perplexity, rel=1e-3)

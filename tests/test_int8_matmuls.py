@@ -6,9 +6,11 @@ product. The references below are those earlier implementations, kept verbatim; 
 with them bit for bit (``torch.equal``), not merely closely.
 """
 import copy
+import math
 
 import pytest
 import torch
+from conftest import make_tiny_llama
 
 from helpers import s06_int8_matmuls as M
 from helpers.s05_quantization import absmax_quantize
@@ -168,11 +170,8 @@ def test_emulated_linears_match_the_hook_version_and_skip_the_fp32_product(tiny,
 
 
 def test_dynamic_copy_shares_only_the_weights_it_replaces():
-    from transformers import LlamaConfig, LlamaForCausalLM
-    torch.manual_seed(1)
-    cfg = LlamaConfig(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                      num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)
-    model = LlamaForCausalLM(cfg).eval()
+    model = make_tiny_llama(seed=1, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                            tie_word_embeddings=True)
     assert model.lm_head.weight is model.model.embed_tokens.weight
     names = [n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)]     # lm_head included
     ids = torch.randint(0, 97, (1, 6))
@@ -186,3 +185,17 @@ def test_dynamic_copy_shares_only_the_weights_it_replaces():
     with torch.no_grad():
         q.model.embed_tokens.weight.zero_()
     assert model.model.embed_tokens.weight.abs().sum() > 0
+
+
+def test_compare_next_tokens_counts_agreeing_top_tokens_and_the_kl_between_them():
+    p = torch.tensor([[0.7, 0.2, 0.1], [0.5, 0.3, 0.2]]).log()
+    q = torch.tensor([[0.6, 0.3, 0.1], [0.2, 0.5, 0.3]]).log()
+    same, kl = M.compare_next_tokens(p, q)
+    assert same.tolist() == [True, False]                  # the second position's top token moved
+    expected = [sum(a * math.log(a / b) for a, b in zip(pa, qa)) for pa, qa in
+                ([(0.7, 0.2, 0.1), (0.6, 0.3, 0.1)], [(0.5, 0.3, 0.2), (0.2, 0.5, 0.3)])]
+    assert kl.tolist() == pytest.approx(expected, rel=1e-5)
+    same, kl = M.compare_next_tokens(p, p)
+    assert same.all() and torch.equal(kl, torch.zeros(2))
+    with pytest.raises(ValueError, match="same positions"):
+        M.compare_next_tokens(p, q[:1])

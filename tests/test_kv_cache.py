@@ -1,12 +1,13 @@
 import pytest
 import torch
 
+from conftest import TINY
 from helpers import s01_kv_cache as kv_cache
 
 
 def prompt(n=7, seed=1):
     g = torch.Generator().manual_seed(seed)
-    return torch.randint(0, 97, (1, n), generator=g)
+    return torch.randint(0, TINY["vocab_size"], (1, n), generator=g)
 
 
 def test_cached_and_naive_emit_identical_tokens(tiny_llama):
@@ -41,7 +42,7 @@ def test_adapter_shapes_bytes_and_crop(tiny_llama):
     k, v = kv_cache.layer_kv(cache, 0)
     assert k.shape == v.shape == (1, cfg.num_key_value_heads, 11, cfg.head_dim)
     # 2 (K and V) x layers x kv heads x head dim x 4 bytes, per token
-    assert kv_cache.cache_nbytes(cache) == 11 * 2 * 2 * 2 * 16 * 4
+    assert kv_cache.cache_nbytes(cache) == 11 * 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * cfg.head_dim * 4
     kv_cache.crop_cache(cache, 4)
     assert kv_cache.cache_length(cache) == 4
     assert kv_cache.layer_kv(cache, 1)[0].shape[2] == 4

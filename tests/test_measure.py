@@ -77,3 +77,8 @@ def test_interleaved_medians_order_and_medians(monkeypatch):
 def test_interleaved_medians_rejects_bad_counts(kw):
     with pytest.raises(ValueError):
         measure.interleaved_medians({0: lambda: None}, **kw)
+
+
+def test_interleaved_medians_rejects_no_cases():
+    with pytest.raises(ValueError, match="at least one case"):
+        measure.interleaved_medians({})

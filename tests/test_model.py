@@ -81,3 +81,16 @@ def test_a_new_cache_layout_removes_only_the_same_files_older_copies(tmp_path):
     M._remove_older_layouts(key, target)
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         [key + M.CACHE_LAYOUT, key + M.CACHE_LAYOUT + ".tmp123", other])
+
+
+def test_decoder_layers_are_found_through_the_module_tree_in_any_architecture(tiny_llama, second_model_dir):
+    from transformers import AutoModelForCausalLM
+    name, layers = M.decoder_layers(tiny_llama)
+    assert name == "model.layers" and layers is tiny_llama.model.layers
+    other = AutoModelForCausalLM.from_pretrained(second_model_dir)
+    name, layers = M.decoder_layers(other)
+    assert len(layers) == other.config.num_hidden_layers and dict(other.named_modules())[name] is layers
+    broken = make_tiny_llama()
+    broken.config.num_hidden_layers = 5                     # no list of 5 layers anywhere in the tree
+    with pytest.raises(ValueError, match="module lists"):
+        M.decoder_layers(broken)

@@ -3,19 +3,19 @@ import math
 
 import pytest
 import torch
+from conftest import make_tiny_llama
 
 from helpers import s06_int8_matmuls as M
 from helpers import s06_outliers as O
 from helpers.s05_quantization import absmax_quantize
 
 
+TINY_OUTLIERS = dict(hidden_size=32, intermediate_size=64, max_position_embeddings=64)
+
+
 @pytest.fixture(scope="module")
 def tiny():
-    from transformers import LlamaConfig, LlamaForCausalLM
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
-    model = LlamaForCausalLM(cfg).eval()
+    model = make_tiny_llama(**TINY_OUTLIERS)
     ids = torch.randint(0, 97, (1, 9))
     return model, ids
 
@@ -209,10 +209,12 @@ def test_greedy_agreement_with_itself_and_real_kernel(tiny):
     from helpers.s01_kv_cache import generate_cached
     prompt = ids[:, :4]
     ref = generate_cached(model, prompt, 5)                  # the model's own greedy continuation
-    assert M.greedy_choices(model, prompt, ref).shape == (5,)
-    assert M.greedy_agreement(model, prompt, ref) == 1.0
-    other = (ref + 1) % 97                                   # a continuation it never picks
-    assert M.greedy_agreement(model, prompt, other) < 1.0
+    ref_lp = M.teacher_forced_logprobs(model, prompt, ref)
+    assert ref_lp.shape == (5, 97) and torch.equal(ref_lp.argmax(-1), ref[0])   # it picks what it wrote
+    assert M.greedy_agreement(model, model, prompt, ref) == 1.0
+    assert M.greedy_agreement(ref_lp, model, prompt, ref) == 1.0
+    other = make_tiny_llama(seed=1, **TINY_OUTLIERS)         # another random model picks other tokens
+    assert M.greedy_agreement(ref_lp, other, prompt, ref) < 1.0
     names = [n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear) and n != "lm_head"]
     q = M.quantize_linears_dynamic(model, names)
     assert all(isinstance(m, torch.nn.Linear) for n, m in model.named_modules() if n in names)  # original intact

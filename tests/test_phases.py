@@ -2,20 +2,19 @@
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
 
+from conftest import TINY, make_tiny_llama
 from helpers import s01_kv_cache as kv_cache, s02_phases as phases, s02_roofline as roofline
 from helpers.infra.model import weight_bytes
 
-LAYERS, HIDDEN, HEADS, KV_HEADS, HEAD_DIM, MLP, VOCAB = 2, 64, 4, 2, 16, 128, 256
+LAYERS, HIDDEN, HEADS, KV_HEADS, HEAD_DIM = (TINY[k] for k in ("num_hidden_layers", "hidden_size",
+                                                               "num_attention_heads", "num_key_value_heads",
+                                                               "head_dim"))
 
 
-def tiny(tied: bool = True) -> LlamaForCausalLM:
-    torch.manual_seed(0)
-    cfg = LlamaConfig(num_hidden_layers=LAYERS, hidden_size=HIDDEN, num_attention_heads=HEADS,
-                      num_key_value_heads=KV_HEADS, head_dim=HEAD_DIM, intermediate_size=MLP, vocab_size=VOCAB,
-                      max_position_embeddings=512, tie_word_embeddings=tied)
-    return LlamaForCausalLM(cfg).eval()
+def tiny(tied: bool = True):
+    """The conftest tiny Llama, its embedding tied to its output head (as in SmolLM2) unless ``tied=False``."""
+    return make_tiny_llama(tie_word_embeddings=tied)
 
 
 @pytest.fixture(scope="module")
@@ -46,11 +45,6 @@ def test_prompt_of_length_rejects_bad_n(n):
 def test_prompt_of_length_rejects_empty_base():
     with pytest.raises(ValueError):
         phases.prompt_of_length(torch.zeros(1, 0, dtype=torch.long), 4)
-
-
-def test_interleaved_medians_rejects_no_cases():
-    with pytest.raises(ValueError):
-        phases.interleaved_medians({})
 
 
 def test_prefill_sweep_rows(model):

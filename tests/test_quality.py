@@ -3,6 +3,7 @@ import math
 import pytest
 import torch
 
+from helpers import s07_batched as BT
 from helpers import s07_battery as B
 from helpers import s07_quality as QL
 from helpers import s05_quantization as Q
@@ -84,11 +85,11 @@ def test_agreement_from_precomputed_logprobs_equals_agreement_from_the_model(tin
 def test_only_full_attention_models_share_an_opening(tiny_llama, second_model_dir):
     from transformers import AutoModelForCausalLM
     sliding = AutoModelForCausalLM.from_pretrained(second_model_dir).eval()
-    assert QL.can_share_prefix(tiny_llama) and not QL.can_share_prefix(sliding)
+    assert BT.can_share_prefix(tiny_llama) and not BT.can_share_prefix(sliding)
     from helpers import s05_kernels as K
-    assert not QL.can_share_prefix(K.with_kernel(tiny_llama, "int8 dynamic (torch.ao)"))   # batch-wide scales
-    assert QL.can_share_prefix(K.with_kernel(tiny_llama, "int8 weight-only"))
-    ids, mask, shared = QL.prefix_padded([torch.tensor([[1, 2, 3]]), torch.tensor([[1, 2, 4, 5]])], pad_id=0)
+    assert not BT.can_share_prefix(K.with_kernel(tiny_llama, "int8 dynamic (torch.ao)"))   # batch-wide scales
+    assert BT.can_share_prefix(K.with_kernel(tiny_llama, "int8 weight-only"))
+    ids, mask, shared = BT.prefix_padded([torch.tensor([[1, 2, 3]]), torch.tensor([[1, 2, 4, 5]])], pad_id=0)
     with pytest.raises(ValueError, match="sliding-window"):
         B.greedy_with_penalties(sliding, ids, mask, (1.0,), n_new=2, shared=shared)
 
@@ -97,7 +98,7 @@ def test_teacher_forcing_with_a_shared_opening_computed_once_gives_the_same_logp
     g = torch.Generator().manual_seed(8)
     head = torch.randint(3, 97, (1, 5), generator=g)
     prompts = [torch.cat([head, torch.randint(3, 97, (1, n), generator=g)], 1) for n in (3, 1, 6)]
-    ids, mask = QL.left_padded(prompts, pad_id=0)
+    ids, mask = BT.left_padded(prompts, pad_id=0)
     gen = torch.randint(3, 97, (3, 7), generator=g)
     pos = QL.Positions(torch.cat([ids, gen], 1), torch.cat([mask, torch.ones_like(gen)], 1), ids.shape[1])
     got = QL.next_token_logprobs(tiny_llama, pos)
@@ -150,7 +151,7 @@ def test_the_battery_file_has_sixteen_questions_with_answers():
 
 
 def test_left_padding_puts_every_prompt_at_the_right_edge():
-    ids, mask = QL.left_padded([torch.tensor([[5, 6, 7]]), torch.tensor([[8]])], pad_id=0)
+    ids, mask = BT.left_padded([torch.tensor([[5, 6, 7]]), torch.tensor([[8]])], pad_id=0)
     assert ids.tolist() == [[5, 6, 7], [0, 0, 8]] and mask.tolist() == [[1, 1, 1], [0, 0, 1]]
 
 
@@ -158,7 +159,7 @@ def test_left_padding_puts_every_prompt_at_the_right_edge():
 def test_batched_penalty_decoding_equals_transformers_generate(tiny_llama, penalty):
     g = torch.Generator().manual_seed(5)
     prompts = [torch.randint(3, 97, (1, n), generator=g) for n in (5, 3, 7)]
-    ids, mask = QL.left_padded(prompts, pad_id=0)
+    ids, mask = BT.left_padded(prompts, pad_id=0)
     ours = B.greedy_with_penalties(tiny_llama, ids, mask, (1.0, penalty), n_new=6)
     ref = tiny_llama.generate(ids, attention_mask=mask, max_new_tokens=6, min_new_tokens=6, do_sample=False,
                               repetition_penalty=penalty, pad_token_id=0, eos_token_id=None)
@@ -168,10 +169,10 @@ def test_batched_penalty_decoding_equals_transformers_generate(tiny_llama, penal
 
 def test_a_shared_prefix_is_found_and_leaves_every_prompt_a_token_of_its_own():
     a, b, c = torch.tensor([[1, 2, 3, 4]]), torch.tensor([[1, 2, 3, 9, 9]]), torch.tensor([[1, 2]])
-    assert QL.shared_prefix_length([a, b]) == 3
-    assert QL.shared_prefix_length([a, b, c]) == 1             # c keeps its last token
-    assert QL.shared_prefix_length([a, torch.tensor([[7, 2]])]) == 0
-    ids, mask, shared = QL.prefix_padded([a, b], pad_id=0)
+    assert BT.shared_prefix_length([a, b]) == 3
+    assert BT.shared_prefix_length([a, b, c]) == 1             # c keeps its last token
+    assert BT.shared_prefix_length([a, torch.tensor([[7, 2]])]) == 0
+    ids, mask, shared = BT.prefix_padded([a, b], pad_id=0)
     assert shared == 3 and ids.tolist() == [[1, 2, 3, 0, 4], [1, 2, 3, 9, 9]]
     assert mask.tolist() == [[1, 1, 1, 0, 1], [1, 1, 1, 1, 1]]
 
@@ -181,7 +182,7 @@ def test_decoding_with_the_shared_prefix_computed_once_equals_each_prompt_alone(
     g = torch.Generator().manual_seed(6)
     head = torch.randint(3, 97, (1, 6), generator=g)
     prompts = [torch.cat([head, torch.randint(3, 97, (1, n), generator=g)], 1) for n in (4, 1, 3)]
-    ids, mask, shared = QL.prefix_padded(prompts, pad_id=0)
+    ids, mask, shared = BT.prefix_padded(prompts, pad_id=0)
     assert shared == 6
     ours = B.greedy_with_penalties(tiny_llama, ids, mask, (1.0, penalty), n_new=6, shared=shared)
     assert torch.equal(ours, B.greedy_with_penalties(tiny_llama, ids, mask, (1.0, penalty), n_new=6))
@@ -195,7 +196,7 @@ def test_decoding_with_the_shared_prefix_computed_once_equals_each_prompt_alone(
                                         repetition_penalty=penalty, pad_token_id=0, eos_token_id=None)
             assert torch.equal(ours[3 + i], alone[0, p.shape[1]:])
     with pytest.raises(ValueError, match="prefix_padded"):
-        B.greedy_with_penalties(tiny_llama, *QL.left_padded(prompts, 0), (1.0,), n_new=2, shared=6)
+        B.greedy_with_penalties(tiny_llama, *BT.left_padded(prompts, 0), (1.0,), n_new=2, shared=6)
 
 
 def test_perplexity_without_the_cross_check_is_the_same_number(tiny_llama):

@@ -5,6 +5,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from conftest import make_tiny_llama
 
 from helpers import s05_gguf as G
 from helpers.infra.model import weight_bytes_at
@@ -324,11 +325,7 @@ def test_outlier_stats_known_values():
 
 
 def tiny_llama():
-    from transformers import LlamaConfig, LlamaForCausalLM
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=64, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
-    return LlamaForCausalLM(cfg).eval()
+    return make_tiny_llama(vocab_size=64, max_position_embeddings=64)
 
 
 def test_schemes_bits_and_fake_quantize():

@@ -6,21 +6,16 @@ import pytest
 import torch
 
 from helpers import s02_roofline as roofline
+from helpers.infra.measure import Timing
 from helpers.infra.model import weight_bytes
+from helpers.s01_attention import Dims
 
-from test_phases import HEAD_DIM, HEADS, HIDDEN, KV_HEADS, LAYERS, MLP, VOCAB, tiny   # the same tiny Llama
+from test_phases import HEADS, HIDDEN, KV_HEADS, LAYERS, tiny   # the same tiny Llama
 
 
 @pytest.fixture(scope="module")
 def model():
     return tiny()
-
-
-BASE = torch.tensor([[5, 6, 7, 8, 9, 10, 11]])
-CACHE_BYTES_PER_TOKEN = 2 * LAYERS * KV_HEADS * HEAD_DIM * 4   # K and V, fp32
-
-
-# --------------------------------------------------------------------------- prompts
 
 
 def test_weights_read_tied_is_every_weight_once(model):
@@ -54,7 +49,8 @@ def test_weights_read_dynamic_int8_counts_one_byte_per_weight(model):
 
 def test_roofline_known_values():
     assert roofline.roofline_seconds(10**9, 10.0) == pytest.approx(0.1)
-    assert roofline.achieved_bandwidth(10**9, 0.2) == pytest.approx(5.0)
+    assert roofline.gb_per_s(10**9, 0.2) == pytest.approx(5.0)
+    assert roofline.gflop_per_s(3 * 10**9, 0.5) == pytest.approx(6.0)
     assert roofline.bandwidth_fraction(10**9, 0.2, 10.0) == pytest.approx(0.5)
     # the fraction is the roofline time over the measured time
     assert roofline.bandwidth_fraction(3 * 10**8, 0.07, 20.0) == pytest.approx(
@@ -63,7 +59,8 @@ def test_roofline_known_values():
 
 @pytest.mark.parametrize("fn,args", [
     (roofline.roofline_seconds, (100, 0.0)), (roofline.roofline_seconds, (-1, 1.0)),
-    (roofline.achieved_bandwidth, (100, 0.0)), (roofline.bandwidth_fraction, (100, 1.0, 0.0)),
+    (roofline.gb_per_s, (100, 0.0)), (roofline.gb_per_s, (-1, 1.0)), (roofline.gflop_per_s, (100, 0.0)),
+    (roofline.gflop_per_s, (-1, 1.0)), (roofline.bandwidth_fraction, (100, 1.0, 0.0)),
 ])
 def test_roofline_rejects_bad_input(fn, args):
     with pytest.raises(ValueError):
@@ -89,11 +86,17 @@ def test_linear_layers_are_every_matrix(model):
     layers = roofline.linear_layers(model)
     assert len(layers) == LAYERS * 7 + 1   # q, k, v, o, gate, up, down per layer, plus the output head
     assert sum(m.weight.numel() for m in layers) * 4 + HIDDEN * 4 * (2 * LAYERS + 1) == weight_bytes(model)
-    assert roofline.matmul_only_seconds(model, repeats=2).median > 0
+
+
+def test_matmul_chain_runs_every_linear_layer_once(model, monkeypatch):
+    calls = []
+    for m in roofline.linear_layers(model):
+        monkeypatch.setattr(m, "forward", lambda x, m=m: calls.append(m) or x)
+    roofline.matmul_chain(model)()
+    assert calls == roofline.linear_layers(model)
 
 
 def test_prefill_is_the_work_of_p_cached_steps(model):
-    from helpers.s01_attention import Dims
     d = Dims.from_config(model.config)
     assert roofline.prefill_flops(d, 1) == roofline.decode_flops(d, 0)
     for p in (2, 7, 33):
@@ -101,7 +104,6 @@ def test_prefill_is_the_work_of_p_cached_steps(model):
 
 
 def test_decode_flops_known_value():
-    from helpers.s01_attention import Dims
     d = Dims(layers=2, hidden=8, heads=2, kv_heads=1, head_dim=4, mlp=16, vocab=10)
     weights = 2 * (8 * 4 * (2 * 2 + 2 * 1) + 3 * 8 * 16) + 8 * 10     # 2 layers of attention + MLP, the head
     per_key = 2 * 2 * 2 * 4                                             # layers x heads x (q.k + p.v) x head_dim
@@ -121,7 +123,7 @@ def test_roofline_min_and_intensity():
 def test_matmul_peak_counts_flops():
     c = roofline.matmul_peak(64, repeats=2)
     assert c.flops == 2 * 64 ** 3
-    assert c.gflops == pytest.approx(c.flops / c.seconds / 1e9)
+    assert c.gflop_per_s == pytest.approx(c.flops / c.seconds / 1e9)
     with pytest.raises(ValueError):
         roofline.matmul_peak(4)
 
@@ -138,7 +140,6 @@ def test_tiny_twin_same_structure_far_fewer_bytes(model):
 
 
 def test_limits_keep_the_best_repeat(monkeypatch):
-    from helpers.infra.measure import Timing
     monkeypatch.setattr(roofline, "interleaved_medians",
                         lambda cases, repeats, warmup: {k: Timing(2.0, [3.0, 1.0, 2.0]) for k in cases})
     assert roofline.stream_bandwidth(1 << 20).seconds == 1.0

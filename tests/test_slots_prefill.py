@@ -6,9 +6,10 @@ import pytest
 import torch
 
 from helpers import s01_kv_cache as kc
+from helpers import s04_servers as sv
 from helpers import s04_slots as sl
 from helpers import s04_solo as so
-from test_batching import ragged, tiny  # noqa: F401  (the same tiny model and ragged workload as the batching tests)
+from test_batching import alone, ragged, tiny  # noqa: F401  (the same tiny model and ragged workload as the batching tests)
 
 
 @pytest.fixture
@@ -37,26 +38,26 @@ def test_prefill_alone_is_the_plain_prefill(tiny):
 def test_side_by_side_runs_each_prefill_once(tiny, ragged, counted):
     prompts, lengths = ragged
     store = {}
-    sl.serve_side_by_side(tiny, prompts, lengths, 3, prefills=store)
+    sv.serve_side_by_side(tiny, prompts, lengths, 3, prefills=store)
     keys = [sl.prompt_key(p) for p in prompts]
     assert sorted(counted) == sorted(keys) and set(store) == set(keys)
     counted.clear()
-    sl.serve(tiny, prompts, lengths, 3, "continuous")                  # alone, without a store: one per admission
+    sv.serve(tiny, prompts, lengths, 3, "continuous")                  # alone, without a store: one per admission
     assert sorted(counted) == sorted(keys)
 
 
 def test_a_stored_prefill_gives_the_same_tokens(tiny, ragged):
     prompts, lengths = ragged
     store = {}
-    both = sl.serve_side_by_side(tiny, prompts, lengths, 3, prefills=store)
+    both = sv.serve_side_by_side(tiny, prompts, lengths, 3, prefills=store)
     for policy, s in both.items():
-        gen = sl.serving(tiny, prompts, lengths, 3, policy, prefills=dict(store))   # every prefill from the store
+        gen = sv.serving(tiny, prompts, lengths, 3, policy, prefills=dict(store))   # every prefill from the store
         try:
             while True:
                 next(gen)
         except StopIteration as stop:
             again = stop.value
-        alone = sl.serve(tiny, prompts, lengths, 3, policy)                       # every prefill run afresh
+        alone = sv.serve(tiny, prompts, lengths, 3, policy)                       # every prefill run afresh
         assert s.outputs == again.outputs == alone.outputs and s.steps == again.steps == alone.steps
     # in the slot batch itself: the same rows, bit for bit
     a, b = sl.SlotBatch(tiny), sl.SlotBatch(tiny)
@@ -77,14 +78,14 @@ def test_the_server_that_did_not_run_a_prefill_is_charged_its_time(tiny, ragged,
         return dataclasses.replace(out, seconds=time.perf_counter() - t0)
 
     monkeypatch.setattr(sl, "prefill_alone", slow)
-    both = sl.serve_side_by_side(tiny, prompts, lengths, 3)
+    both = sv.serve_side_by_side(tiny, prompts, lengths, 3)
     # each server ran only some of the prefills, yet both clocks hold all of them
     assert all(s.makespan >= len(prompts) * pause for s in both.values())
 
 
 def test_work_clock_charge():
     ticks = iter([0.0, 2.0, 3.0])
-    c = sl.WorkClock(lambda: next(ticks))
+    c = sv.WorkClock(lambda: next(ticks))
     c.start()
     c.charge(5.0)
     assert c() == pytest.approx(7.0)
@@ -118,7 +119,7 @@ def test_reusing_prefills_skips_the_model_only_inside_the_block(tiny, ragged):
 
 def test_off_greedy_from_stored_prefills_agrees_with_the_full_pass(tiny, ragged):
     prompts, lengths = ragged
-    solo = [so.solo_outputs(tiny, p, n) for p, n in zip(prompts, lengths)]
+    solo = [alone(tiny, p, n) for p, n in zip(prompts, lengths)]
     store = {sl.prompt_key(p): sl.prefill_alone(tiny, p) for p in prompts}
     assert so.off_greedy(tiny, prompts, solo, lengths, prefills=store) == []
     swapped = [list(o) for o in solo]

@@ -47,7 +47,7 @@ def _mathjax_es5() -> Path:
         es5 = Path(root) / "static" / "mathjax" / "es5"
         if (es5 / "tex-mml-chtml.js").is_file():
             return es5
-    raise RuntimeError("MathJax files are missing: pip install django-static-mathjax==3.2.2.1 (the "book" extra in pyproject.toml).")
+    raise RuntimeError("MathJax files are missing: pip install django-static-mathjax==3.2.2.1 (the 'book' extra in pyproject.toml).")
 
 
 def _use_local_mathjax(app, config):

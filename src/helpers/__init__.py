@@ -30,6 +30,7 @@ The ideas, in the chapter's order:
     * :mod:`helpers.s04_batching`   batch-size sweeps and the knee
     * :mod:`helpers.s04_scheduling` static vs continuous batching on paper: a skewed workload, the simulator
     * :mod:`helpers.s04_slots`      static vs continuous batching for real: the slot batch
+    * :mod:`helpers.s04_servers`    the static and continuous servers over it, and transformers' engine beside them
     * :mod:`helpers.s04_solo`       one request at a time, the baseline
     * :mod:`helpers.s04_paged`      paged KV memory: block tables, fragmentation, prefix sharing
 * 05-weight-quantization
@@ -42,6 +43,7 @@ The ideas, in the chapter's order:
     * :mod:`helpers.s06_int8_matmuls` the INT8 matmul schemes that cope with outliers, and whole models run through them
 * 07-quality
     * :mod:`helpers.s07_quality`    perplexity, teacher-forced agreement, paired differences
+    * :mod:`helpers.s07_batched`    padded batches: many prompts in one pass, a shared opening computed once
     * :mod:`helpers.s07_battery`    the question battery, answered in batches
 * 08-speculative-decoding
     * :mod:`helpers.s08_speculative` the arithmetic, Leviathan's acceptance rule, the draft/verify loop

@@ -1,4 +1,4 @@
-"""Attention with and without the cache, and the arithmetic it costs.
+"""Section 1 (notebooks/01-kv-cache.md): attention with and without the cache, and the arithmetic it costs.
 
 A single attention head of dimension ``d`` makes the scaling visible without
 the rest of the transformer: one generation step at context ``n`` either
@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from torch.utils.flop_counter import FlopCounterMode
+
 from . import s01_kv_cache as kv_cache
 
 
@@ -123,8 +125,6 @@ def counted_flops(model, ids: torch.Tensor, cache=None) -> CountedFlops:
     The model runs its plain ("eager") attention for the count, whose matrix products the counter sees
     (a fused CPU attention kernel is invisible to it); its implementation is restored afterwards.
     """
-    from torch.utils.flop_counter import FlopCounterMode
-
     previous = model.config._attn_implementation
     counter = FlopCounterMode(display=False)
     try:

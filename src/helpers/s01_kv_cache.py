@@ -1,10 +1,11 @@
-"""The KV cache: the naive loop, the cached loop, and one adapter over transformers' cache API.
+"""Section 1 (notebooks/01-kv-cache.md): the KV cache: the naive loop, the cached loop, and one adapter over
+transformers' cache API.
 
 transformers 5 renamed the forward argument ``past_key_values`` to ``cache``,
 replaced ``key_cache``/``value_cache`` lists by ``cache.layers[i].keys`` and
 changed ``crop``'s sign convention. Every notebook touches the cache only
 through the functions in the "adapter" block below, so the next rename is
-fixed here, once.
+fixed here, once. Later sections reach the cache only through this module too.
 """
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import inspect
 from typing import NamedTuple
 
 import torch
+from transformers import DynamicCache
+
 from .infra.measure import now
 
 # --------------------------------------------------------------------------- adapter
@@ -25,7 +28,6 @@ def _cache_kwarg(model) -> str:
 
 def new_cache(model=None):
     """An empty dynamic (growing) cache."""
-    from transformers import DynamicCache
     return DynamicCache(config=model.config) if model is not None else DynamicCache()
 
 

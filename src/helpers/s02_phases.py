@@ -1,4 +1,4 @@
-"""Prefill vs decode: the two phases of generation, timed (section 2).
+"""Section 2 (notebooks/02-prefill-decode.md): prefill vs decode, the two phases of generation, timed.
 
 * **Prefill** runs the whole prompt through the model in one pass: every weight
   matrix multiplies a block of ``P`` token vectors (matrix x matrix), so each
@@ -12,7 +12,8 @@ time the two numbers every serving system reports, time to first token and
 tokens per second. Why the phases differ, the memory bus and the roofline, is
 :mod:`helpers.s02_roofline`.
 
-Timings are interleaved: every round times each case once, in turn, so a burst
+Timings are interleaved (:func:`helpers.infra.measure.interleaved_medians`, the one
+"warm up, repeat, take the median" loop): every round times each case once, in turn, so a burst
 of load from another process hits all cases alike and the *ratios* between
 them survive a noisy machine. Rows report the median and the fastest repeat:
 noise only ever adds time, so on a shared machine the fastest repeat is the

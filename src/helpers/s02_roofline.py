@@ -1,4 +1,5 @@
-"""Why decode is slow: the memory bus, the bytes a step reads, and the roofline (section 2).
+"""Section 2 (notebooks/02-prefill-decode.md): why decode is slow: the memory bus, the bytes a step reads, and
+the roofline.
 
 A decode step multiplies every weight matrix by a single vector, so each
 weight fetched from memory is used once. The step cannot be faster than the
@@ -8,7 +9,8 @@ streaming bandwidth (:func:`stream_bandwidth`) and peak arithmetic
 (:func:`matmul_peak`), counts the bytes a step must read (:func:`decode_bytes`)
 and its FLOPs (:func:`decode_flops`, :func:`prefill_flops`), and takes the gap
 between the roofline and a real step apart (:func:`matmul_chain`,
-:func:`tiny_twin`).
+:func:`tiny_twin`). The two yardsticks every section reads a measurement
+against are defined once, here: :func:`gb_per_s` and :func:`gflop_per_s`.
 """
 from __future__ import annotations
 
@@ -20,8 +22,25 @@ import torch
 
 from . import s01_kv_cache as kv_cache
 from .infra.model import weight_bytes
-from .infra.measure import Timing, interleaved_medians
+from .infra.measure import interleaved_medians
 from .s01_attention import macs_step
+
+# --------------------------------------------------------------------------- the two yardsticks
+
+
+def gb_per_s(nbytes: int, seconds: float) -> float:
+    """The rate, in GB/s (10**9 bytes per second), of reading ``nbytes`` in ``seconds``."""
+    if nbytes < 0 or seconds <= 0:
+        raise ValueError(f"bytes must be >= 0 and the time > 0 s, got {nbytes} and {seconds}.")
+    return nbytes / seconds / 1e9
+
+
+def gflop_per_s(flops: int, seconds: float) -> float:
+    """The rate, in GFLOP/s (10**9 floating-point operations per second), of doing ``flops`` in ``seconds``."""
+    if flops < 0 or seconds <= 0:
+        raise ValueError(f"FLOPs must be >= 0 and the time > 0 s, got {flops} and {seconds}.")
+    return flops / seconds / 1e9
+
 
 # --------------------------------------------------------------------------- the roofline
 
@@ -34,7 +53,7 @@ class Bandwidth:
 
     @property
     def gb_per_s(self) -> float:
-        return self.nbytes / self.seconds / 1e9
+        return gb_per_s(self.nbytes, self.seconds)
 
 
 def stream_reader(nbytes: int, kind: str = "gemv") -> tuple[Callable[[], object], int]:
@@ -123,25 +142,19 @@ def decode_bytes(model: torch.nn.Module, cache=None) -> DecodeBytes:
     return DecodeBytes(weights_read_per_step(model), 0 if cache is None else kv_cache.cache_nbytes(cache))
 
 
-def roofline_seconds(nbytes: int, gb_per_s: float) -> float:
-    """The least time a step that must read ``nbytes`` can take at ``gb_per_s`` GB/s."""
-    if nbytes < 0 or gb_per_s <= 0:
-        raise ValueError(f"bytes must be >= 0 and bandwidth > 0 GB/s, got {nbytes} and {gb_per_s}.")
-    return nbytes / (gb_per_s * 1e9)
+def roofline_seconds(nbytes: int, bandwidth: float) -> float:
+    """The least time a step that must read ``nbytes`` can take at ``bandwidth`` GB/s."""
+    if nbytes < 0 or bandwidth <= 0:
+        raise ValueError(f"bytes must be >= 0 and bandwidth > 0 GB/s, got {nbytes} and {bandwidth}.")
+    return nbytes / (bandwidth * 1e9)
 
 
-def achieved_bandwidth(nbytes: int, seconds: float) -> float:
-    """GB/s a step achieved if it read ``nbytes`` in ``seconds``."""
-    if nbytes < 0 or seconds <= 0:
-        raise ValueError(f"bytes must be >= 0 and the time > 0 s, got {nbytes} and {seconds}.")
-    return nbytes / seconds / 1e9
-
-
-def bandwidth_fraction(nbytes: int, seconds: float, gb_per_s: float) -> float:
-    """Achieved bandwidth as a fraction of the limit: roofline time / measured time (1.0 = at the roofline)."""
-    if gb_per_s <= 0:
-        raise ValueError(f"the bandwidth limit must be > 0 GB/s, got {gb_per_s}.")
-    return achieved_bandwidth(nbytes, seconds) / gb_per_s
+def bandwidth_fraction(nbytes: int, seconds: float, limit: float) -> float:
+    """Achieved bandwidth as a fraction of the ``limit`` (GB/s): roofline time / measured time (1.0 = at the
+    roofline)."""
+    if limit <= 0:
+        raise ValueError(f"the bandwidth limit must be > 0 GB/s, got {limit}.")
+    return gb_per_s(nbytes, seconds) / limit
 
 
 # --------------------------------------------------------------------------- arithmetic: the other side of the roofline
@@ -153,8 +166,8 @@ class Compute:
     seconds: float
 
     @property
-    def gflops(self) -> float:
-        return self.flops / self.seconds / 1e9
+    def gflop_per_s(self) -> float:
+        return gflop_per_s(self.flops, self.seconds)
 
 
 def matmul_peak(n: int = 1024, dtype: torch.dtype = torch.float32, repeats: int = 5, warmup: int = 1) -> Compute:
@@ -193,11 +206,12 @@ def arithmetic_intensity(flops: int, nbytes: int) -> float:
     return flops / nbytes
 
 
-def attainable_gflops(intensity: float, peak_gflops: float, gb_per_s: float) -> float:
-    """The roofline: the best rate at this intensity is the lower of the compute roof and bandwidth x intensity."""
-    if peak_gflops <= 0 or gb_per_s <= 0 or intensity < 0:
+def attainable_gflops(intensity: float, peak_gflops: float, bandwidth: float) -> float:
+    """The roofline: the best rate at this intensity is the lower of the compute roof (GFLOP/s) and
+    ``bandwidth`` (GB/s) x intensity."""
+    if peak_gflops <= 0 or bandwidth <= 0 or intensity < 0:
         raise ValueError("peak and bandwidth must be > 0 and intensity >= 0.")
-    return min(peak_gflops, gb_per_s * intensity)
+    return min(peak_gflops, bandwidth * intensity)
 
 
 # --------------------------------------------------------------------------- what the gap is made of
@@ -259,7 +273,3 @@ def matmul_chain(model: torch.nn.Module) -> Callable[[], None]:
 
     return chain
 
-
-def matmul_only_seconds(model: torch.nn.Module, repeats: int = 5, warmup: int = 1) -> Timing:
-    """Median time of :func:`matmul_chain`: all of a decode step's weight reads, and nothing else."""
-    return interleaved_medians({0: matmul_chain(model)}, repeats=repeats, warmup=warmup)[0]

@@ -1,4 +1,5 @@
-"""The cache calculator of section 3: every knob of the cache formula, as numbers and as a figure.
+"""Section 3 (notebooks/03-cache-size.md): the cache calculator, every knob of the cache formula, as numbers
+and as a figure.
 
 :func:`calculator` returns what the live (JupyterLab) calculator shows for one
 setting of its controls. :func:`calculator_figure` is the static one, which
@@ -11,8 +12,11 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-from .s03_cache_size import KVArchitecture, bytes_per_element, dtype_name, human_bytes
+import plotly.graph_objects as go
+
 from .infra import plotting
+from .infra.messages import message
+from .s03_cache_size import KVArchitecture, bytes_per_element, dtype_name, human_bytes
 
 # A real, current pattern for shrinking the cache: Gemma 3 gives 5 of every 6 layers a 1,024-token window.
 SLIDING_PATTERN = dict(window=1024, every=6, name="Gemma 3's pattern")
@@ -40,12 +44,33 @@ def calculator(layers: int, query_heads: int, kv_heads: int, head_dim: int, dtyp
                 mqa_bytes=arch.with_kv_heads(1).cache_bytes(dtype, users, tokens))
 
 
+def users_label(values: Sequence[int]) -> str:
+    """The users slider's label. Where each value is the same multiple of the one before (1, 2, 4, ...), the
+    steps are logarithmic, and the label says so: the slider's positions are evenly spaced, the numbers not."""
+    ratios = {b / a for a, b in zip(values, values[1:])}
+    if len(values) > 2 and len(ratios) == 1 and ratios != {1.0}:
+        return message("users (logarithmic steps: each x{ratio:g})", ratio=ratios.pop())
+    return message("users")
+
+
 def _lines(arch: KVArchitecture):
     """(label, architecture, is this model's own) for each cache line of one architecture."""
     for label, v in arch.variants().items():
         yield label, v, v.kv_heads == arch.kv_heads
     if arch.window is None:
         yield "window", sliding_variant(arch), False
+
+
+def _line_name(label: str, v: KVArchitecture, own: bool) -> str:
+    """A cache line's name in the legend: "cache, GQA: 2 KV heads (this model)", or the windowed line's."""
+    if label == "window":
+        return message("cache, {window:,}-token window on {window_layers} of {layers} layers",
+                       window=SLIDING_PATTERN["window"], window_layers=v.window_layers, layers=v.layers)
+    if own:
+        return message("cache, {label}: {kv} KV heads (this model)" if v.kv_heads > 1 else
+                       "cache, {label}: {kv} KV head (this model)", label=label, kv=v.kv_heads)
+    return message("cache, {label}: {kv} KV heads" if v.kv_heads > 1 else "cache, {label}: {kv} KV head",
+                   label=label, kv=v.kv_heads)
 
 
 def calculator_figure(archs: Sequence[KVArchitecture], dtypes: Sequence[str], users_values: Sequence[int],
@@ -58,9 +83,6 @@ def calculator_figure(archs: Sequence[KVArchitecture], dtypes: Sequence[str], us
     relabels the *y-axis ticks*. The curves are drawn in numbers stored (elements), which a dtype turns into
     bytes by one factor, so on a log axis a dtype is a relabelling of the same picture.
     """
-    import plotly.graph_objects as go
-
-
     if not archs or not dtypes or not users_values:
         raise ValueError("calculator_figure needs at least one architecture, one dtype and one users value.")
     lo, hi = tokens_range
@@ -74,9 +96,7 @@ def calculator_figure(archs: Sequence[KVArchitecture], dtypes: Sequence[str], us
               "MQA": (plotting.PALETTE[2], "dash"), "window": (plotting.PALETTE[3], "dashdot")}
     for a_i, arch in enumerate(archs):
         for label, v, own in _lines(arch):
-            heads = f"{v.kv_heads} KV head" + ("s" if v.kv_heads > 1 else "")
-            name = (f"cache, {label}: {heads}" + (" (this model)" if own else "")) if label != "window" else (
-                f"cache, {SLIDING_PATTERN['window']:,}-token window on {v.window_layers} of {v.layers} layers")
+            name = _line_name(label, v, own)
             colour, dash = styles[label]
             fig.add_trace(go.Scatter(name=name, mode="lines", x=grid, line=dict(color=colour, dash=dash,
                                      width=3 if own else 2), hovertemplate="%{x:,.0f} tokens<extra>%{fullData.name}</extra>"))
@@ -100,7 +120,8 @@ def calculator_figure(archs: Sequence[KVArchitecture], dtypes: Sequence[str], us
         return dict(tickvals=vals, ticktext=[human_bytes(int(v * b)) for v in vals])
 
     def arch_title(a):
-        return f"{title}: {a.name}<br>{a.layers} layers, {a.query_heads} query heads, head dim {a.head_dim}"
+        return message("{title}: {name}<br>{layers} layers, {query_heads} query heads, head dim {head_dim}",
+                       title=title, name=a.name, layers=a.layers, query_heads=a.query_heads, head_dim=a.head_dim)
 
     for tr, y, o in zip(fig.data, ys(users_values[active_users]), owner):
         tr.y, tr.visible = y, o == active_arch
@@ -112,17 +133,18 @@ def calculator_figure(archs: Sequence[KVArchitecture], dtypes: Sequence[str], us
         legend=dict(x=0.01, y=0.99, xanchor="left", yanchor="top"),
         updatemenus=[
             dict(type="dropdown", x=0.0, xanchor="left", y=1.02, yanchor="bottom", active=active_arch,
-                 buttons=[dict(label=f"model: {a.name}", method="update",
+                 buttons=[dict(label=message("model: {name}", name=a.name), method="update",
                                args=[{"visible": [o == i for o in owner]}, {"title.text": arch_title(a)}])
                           for i, a in enumerate(archs)]),
             dict(type="dropdown", x=1.0, xanchor="right", y=1.02, yanchor="bottom", active=active_dtype,
-                 buttons=[dict(label=f"dtype: {dtype_name(d)} ({bytes_per_element(d)} B)", method="relayout",
+                 buttons=[dict(label=message("dtype: {dtype} ({nbytes} B)", dtype=dtype_name(d),
+                                               nbytes=bytes_per_element(d)), method="relayout",
                                args=[{f"yaxis.{k}": v for k, v in ticks(d).items()}]) for d in dtypes]),
         ],
-        sliders=[dict(active=active_users, currentvalue=dict(prefix="users: "), pad=dict(t=50),
+        sliders=[dict(active=active_users, currentvalue=dict(prefix=message("{label}: ", label=users_label(users_values))), pad=dict(t=50),
                       steps=[dict(method="restyle", label=str(u), args=[{"y": ys(u)}]) for u in users_values])],
     )
     return fig
 
 
-__all__ = ["SLIDING_PATTERN", "sliding_variant", "calculator", "calculator_figure"]
+__all__ = ["SLIDING_PATTERN", "sliding_variant", "calculator", "calculator_figure", "users_label"]

@@ -1,4 +1,5 @@
-"""How big the KV cache is: bytes per token, per user, per batch, for any architecture.
+"""Section 3 (notebooks/03-cache-size.md): how big the KV cache is: bytes per token, per user, per batch, for
+any architecture.
 
 For every token it has seen, every layer keeps one key vector and one value
 vector per key-value head, so
@@ -22,9 +23,8 @@ see only itself and the ``window - 1`` tokens before it, so its cache stops
 growing there (transformers' growing cache keeps exactly ``window - 1``
 tokens per such layer). A hybrid model (Gemma 3, Mistral's early models,
 Qwen2 with ``use_sliding_window``) mixes such layers with full-attention
-ones; :meth:`KVArchitecture.cache_bytes` adds the two kinds up. Section 3 of
-the chapter teaches all of this; the calculator lives in
-:mod:`helpers.s03_cache_calculator`.
+ones; :meth:`KVArchitecture.cache_bytes` adds the two kinds up. The
+calculator lives in :mod:`helpers.s03_cache_calculator`.
 """
 from __future__ import annotations
 
@@ -33,6 +33,7 @@ from fractions import Fraction
 from typing import Iterable
 
 import torch
+from transformers import AutoModelForCausalLM
 
 from .infra import chapter
 from . import s01_kv_cache as kv_cache
@@ -275,12 +276,10 @@ def _from_chapter(geometry: dict) -> KVArchitecture:
 # The chapter's two reference architectures (their numbers live in helpers.infra.chapter).
 CHAPTER_MODEL = _from_chapter(chapter.QWEN25)
 SEVEN_B_CLASS = _from_chapter(chapter.SEVEN_B)
-chapter_config = chapter.qwen25_config      # kept under this name for older callers
 
 
 def random_model(config, dtype=torch.float16, seed: int = 0):
     """A model with random weights built from ``config`` (no download), in eval mode."""
-    from transformers import AutoModelForCausalLM
     torch.manual_seed(seed)
     with torch.device("cpu"):      # drawn in fp32 (drawing in fp16 on a CPU is several times slower), then cast
         model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)

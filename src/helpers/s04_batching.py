@@ -1,90 +1,55 @@
-"""Batching: many requests per decode step, and where that stops being nearly free (section 4).
+"""Batching: many requests per decode step, and where that stops being nearly free.
 
-Decode is memory-bound: one step streams every weight once to produce one token.
-Put several requests in the same step and that one read serves them all.
-:func:`decode_step_sweep` times one decode step at several batch sizes,
-:func:`find_knee` finds, from the data, where adding requests stops being
-nearly free (:func:`around_the_knee` adds what each doubling bought on either
-side), and :func:`step_cost_from_sweep` turns the sweep into the step
-cost that the scheduling simulator (:mod:`helpers.s04_scheduling`) uses. The real
-slot engine that serves requests is :mod:`helpers.s04_slots`.
+Section 4 (notebooks/04-batching.md), part 1. Decode is memory-bound: one step streams every weight once
+to produce one token. Put several requests in the same step and that one read serves them all.
+:func:`decode_step_sweep` times one decode step at several batch sizes, :func:`find_knee` finds, from the
+data, where adding requests stops being nearly free (:func:`around_the_knee` adds what each doubling bought
+on either side), and :func:`step_cost_from_sweep` turns the sweep into the step cost that the scheduling
+simulator (:mod:`helpers.s04_scheduling`) uses. The real slot engine that serves requests is
+:mod:`helpers.s04_slots` with :mod:`helpers.s04_servers`.
 """
 from __future__ import annotations
 
 import math
-import statistics
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import torch
 
 from . import s01_kv_cache as kc
-from .infra.measure import now
+from .infra.chapter import S4_CONTEXT
+from .infra.measure import Timing, interleaved_medians
 
 # --------------------------------------------------------------------------- the batch-size sweep
 
 
-@dataclass(frozen=True)
-class SweepPoint:
-    batch: int
-    step_seconds: float        # the fastest round: one decode step for the whole batch
-    median_seconds: float      # the median round, for comparison
-    spread: float              # (max - min) / median of the rounds: how noisy the machine was
-
-    @property
-    def tokens_per_second(self) -> float:
-        return self.batch / self.step_seconds
-
-
-# The cache API stays in the kv_cache adapter; these names are kept for the notebook and tests.
-cache_from_kv = kc.cache_from_kv
-cache_to_kv = kc.cache_to_kv
-
-
 @torch.inference_mode()
-def decode_step_sweep(model, batch_sizes: Sequence[int], context: int = 64, repeats: int = 5, warmup: int = 1,
-                      seed: int = 0, progress: Callable | None = None) -> list[SweepPoint]:
+def decode_step_sweep(model, batch_sizes: Sequence[int], context: int = S4_CONTEXT, repeats: int = 5,
+                      warmup: int = 1, seed: int = 0,
+                      rounds: Callable[[Iterable[int]], Iterable[int]] | None = None) -> dict[int, Timing]:
     """Time one decode step for each batch size, every request holding ``context`` tokens of cache.
 
-    The prompt is prefilled once and its keys and values are copied into every
-    row (a decode step costs the same whatever the cached numbers are). The
-    sizes are timed in interleaved rounds (1, 2, 4, ..., then 1, 2, 4, ...
-    again), so a burst of load from another program slows one round of every
-    size instead of every repeat of one size. Each size reports its fastest
-    round: other programs can only ever add time, so the fastest round is the
-    closest to what the step itself costs (the median is kept alongside).
-    Each timed call decodes one more token, so the cache grows from ``context``
-    to ``context + warmup + repeats``; decode cost hardly depends on context.
+    Returns ``{batch: Timing}``: a step's fastest round is ``.min``, its median ``.median``, and how
+    noisy the machine was ``.spread``. The prompt is prefilled once and its cache row repeated into
+    every row (a decode step costs the same whatever the cached numbers are). The sizes are timed in
+    interleaved rounds (1, 2, 4, ..., then 1, 2, 4, ... again; :func:`helpers.infra.measure.interleaved_medians`,
+    whose ``rounds`` may wrap them in a progress bar), so a burst of load from another program slows one
+    round of every size instead of every repeat of one size. The fastest round is the closest to what
+    the step itself costs: other programs can only ever add time. Each timed call decodes one more token,
+    so the cache grows from ``context`` to ``context + warmup + repeats``; decode cost hardly depends on context.
     """
     sizes = list(batch_sizes)
-    if not sizes or any((not isinstance(b, int)) or b < 1 for b in sizes):
-        raise ValueError(f"batch_sizes must be positive whole numbers, got {sizes!r}.")
+    if not sizes or any((not isinstance(b, int)) or b < 1 for b in sizes) or len(set(sizes)) < len(sizes):
+        raise ValueError(f"batch_sizes must be distinct positive whole numbers, got {sizes!r}.")
     if context < 1:
         raise ValueError(f"context must be at least 1 token, got {context}.")
-    if repeats < 1 or warmup < 0:
-        raise ValueError(f"repeats must be >= 1 and warmup >= 0, got {repeats} and {warmup}.")
-    vocab = model.config.vocab_size
-    ids = torch.randint(0, vocab, (1, context), generator=torch.Generator().manual_seed(seed))
+    ids = torch.randint(0, model.config.vocab_size, (1, context), generator=torch.Generator().manual_seed(seed))
     ids = ids.to(next(model.parameters()).device)
     _, one = kc.prefill(model, ids)
-    base = cache_to_kv(one)
-    # expand() is a view of the one row; building the cache concatenates it, which makes the only copy
-    caches = [cache_from_kv(model, [(k.expand(b, -1, -1, -1), v.expand(b, -1, -1, -1)) for k, v in base])
-              for b in sizes]
-    tokens = [torch.full((b, 1), int(ids[0, -1]), device=ids.device) for b in sizes]
-    times: list[list[float]] = [[] for _ in sizes]
-    rounds = range(warmup + repeats)
-    for r in (progress(rounds) if progress else rounds):
-        for j in range(len(sizes)):
-            t0 = now()
-            kc.decode_step(model, tokens[j], caches[j])
-            if r >= warmup:
-                times[j].append(now() - t0)
-    points = []
-    for b, ts in zip(sizes, times):
-        med = statistics.median(ts)
-        points.append(SweepPoint(b, min(ts), med, (max(ts) - min(ts)) / med))
-    return points
+    caches = {b: kc.repeat_rows(model, one, b) for b in sizes}             # one cache row, b requests
+    tokens = {b: torch.full((b, 1), int(ids[0, -1]), device=ids.device) for b in sizes}
+    steps = {b: (lambda b=b: kc.decode_step(model, tokens[b], caches[b])) for b in sizes}
+    return interleaved_medians(steps, repeats=repeats, warmup=warmup, rounds=rounds)
 
 
 def per_doubling_gain(b1: int, thr1: float, b2: int, thr2: float) -> float:

@@ -1,7 +1,7 @@
 """Paged KV memory: the cache in fixed-size blocks, found through a per-sequence block table.
 
-This is the idea of PagedAttention (vLLM, Kwon et al. 2023), borrowed from an
-operating system's virtual memory:
+Section 4 (notebooks/04-batching.md), part 3. This is the idea of PagedAttention (vLLM, Kwon et al. 2023),
+borrowed from an operating system's virtual memory:
 
 * the cache lives in a pool of *physical blocks*, each holding ``block_size``
   tokens (:class:`BlockAllocator` hands them out and takes them back);
@@ -16,8 +16,8 @@ operating system's virtual memory:
   shared block first copies it (copy on write).
 
 :func:`paged_attention` attends through a block table block by block, with the
-running (online) softmax a real kernel uses, so no contiguous copy is needed;
-:func:`contiguous_attention` is the reference it must match.
+running (online) softmax a real kernel uses, so no contiguous copy is needed
+(the notebook holds it to PyTorch's attention over the contiguous cache).
 :func:`replay` runs a whole serving trace through the allocator and reports
 the memory each scheme needs at every step.
 """
@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from typing import Hashable, Mapping, Sequence
 
 import torch
-from .s01_attention import Dims
-from .s03_cache_size import kv_bytes_per_token as formula
+
+from .infra.messages import message
 from .infra.plotting import PALETTE
 
 
@@ -178,16 +178,6 @@ class PagedKVCache:
 # --------------------------------------------------------------------------- attention through a block table
 
 
-def contiguous_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """One new token's attention over a contiguous cache. q (heads, d); k, v (tokens, kv_heads, d); GQA-aware."""
-    heads, d = q.shape
-    group = heads // k.shape[1]
-    kk = k.repeat_interleave(group, dim=1).transpose(0, 1)        # (heads, tokens, d)
-    vv = v.repeat_interleave(group, dim=1).transpose(0, 1)
-    scores = (kk @ q.unsqueeze(-1)).squeeze(-1) / math.sqrt(d)     # (heads, tokens)
-    return (torch.softmax(scores, dim=-1).unsqueeze(1) @ vv).squeeze(1)
-
-
 def paged_attention(q: torch.Tensor, pool_k: torch.Tensor, pool_v: torch.Tensor, table: Sequence[int],
                     length: int) -> torch.Tensor:
     """The same attention, reading K and V block by block through ``table`` with a running softmax.
@@ -221,12 +211,6 @@ def paged_attention(q: torch.Tensor, pool_k: torch.Tensor, pool_v: torch.Tensor,
 
 
 # --------------------------------------------------------------------------- memory over a serving trace
-
-
-def kv_bytes_per_token(config, bytes_per_element: int = 4) -> int:
-    """Section 3's formula (:func:`helpers.s03_cache_size.kv_bytes_per_token`) read from a transformers config."""
-    d = Dims.from_config(config)
-    return formula(d.layers, d.kv_heads, d.head_dim, bytes_per_element)
 
 
 def reserved_tokens(slots: int, max_context: int) -> int:
@@ -340,7 +324,8 @@ def block_owner_grid(block_owner: Sequence[Sequence], colours: int = 7):
     steps = range(len(block_owner))
     used = [b for b in range(len(block_owner[0]) if block_owner else 0) if any(o[b] is not None for o in block_owner)]
     z = [[None if (o := block_owner[t][b]) is None else -1 if o == -1 else o % colours for t in steps] for b in used]
-    text = [[("free" if (o := block_owner[t][b]) is None else "shared prefix" if o == -1 else f"request {o}")
+    text = [[(message("free") if (o := block_owner[t][b]) is None else message("shared prefix") if o == -1 else
+              message("request {request}", request=o))
              for t in steps] for b in used]
     scale = []
     for i, c in enumerate(["#1a1a1a"] + PALETTE[:colours]):

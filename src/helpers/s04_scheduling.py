@@ -1,4 +1,6 @@
-"""Static against continuous batching on paper: a skewed workload and a step-by-step simulator (section 4).
+"""Static against continuous batching on paper: a skewed workload and a step-by-step simulator.
+
+Section 4 (notebooks/04-batching.md), part 2.
 
 * :func:`chapter_lengths` / :func:`skewed_lengths` generate seeded, log-normal
   output lengths with the chapter's median, longest and total;
@@ -8,7 +10,7 @@
 * a :class:`Schedule` records when each request was admitted, finished and
   answered; :func:`summary` and :func:`compare` turn it into throughput and
   latency, and :func:`gantt_figure` draws its slot timeline. The real engine
-  (:mod:`helpers.s04_slots`) returns the same :class:`Schedule`.
+  (:mod:`helpers.s04_servers`) returns the same :class:`Schedule`.
 """
 from __future__ import annotations
 
@@ -18,10 +20,14 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
 from .infra.chapter import S4_LONGEST as CHAPTER_LONGEST
 from .infra.chapter import S4_MEDIAN as CHAPTER_MEDIAN
 from .infra.chapter import S4_REQUESTS as CHAPTER_REQUESTS
 from .infra.chapter import S4_TOTAL as CHAPTER_TOTAL
+from .infra.messages import message
 from .infra.plotting import PALETTE
 
 POLICIES = ("static", "continuous")
@@ -268,42 +274,46 @@ def simulate(lengths: Sequence[int], slots: int, policy: str, step_cost: Callabl
 
 def gantt_traces(s: Schedule, show_legend: bool = True, colors=None):
     """Plotly bar traces of a slot timeline: one row per slot, a bar per request (tokens, then padding)."""
-    import plotly.graph_objects as go
-
     colors = colors or PALETTE
     work_x, work_base, work_y, work_text, work_color = [], [], [], [], []
     pad_x, pad_base, pad_y = [], [], []
     for i, (a, f, r, sl) in enumerate(zip(s.admit, s.finish, s.release, s.slot)):
         work_base.append(a)
         work_x.append(max(f - a, 1e-9))
-        work_y.append(f"slot {sl}")
-        work_text.append(f"request {i}: {s.lengths[i]} tokens, waited {r - s.arrival[i]:.2f} s")
+        work_y.append(message("slot {slot}", slot=sl))
+        work_text.append(message("request {request}: {tokens} tokens, waited {wait:.2f} s", request=i,
+                                 tokens=s.lengths[i], wait=r - s.arrival[i]))
         work_color.append(colors[i % len(colors)])
         if r - f > 1e-9:
             pad_base.append(f)
             pad_x.append(r - f)
-            pad_y.append(f"slot {sl}")
+            pad_y.append(message("slot {slot}", slot=sl))
     traces = [go.Bar(x=work_x, base=work_base, y=work_y, orientation="h", marker=dict(color=work_color),
-                     hovertext=work_text, hoverinfo="text", name="generating", showlegend=show_legend)]
+                     hovertext=work_text, hoverinfo="text", name=message("generating"), showlegend=show_legend)]
     if pad_x:
-        traces.append(go.Bar(x=pad_x, base=pad_base, y=pad_y, orientation="h", name="finished, holding the slot",
+        traces.append(go.Bar(x=pad_x, base=pad_base, y=pad_y, orientation="h",
+                             name=message("finished, holding the slot"),
                              marker=dict(color="rgba(120,120,120,0.35)", pattern=dict(shape="/")),
                              hoverinfo="skip", showlegend=show_legend))
     return traces
 
 
 def gantt_figure(static: Schedule, continuous: Schedule, title: str = "", unit: str = "s"):
-    """The two policies' slot timelines one above the other, on the same time axis."""
-    from plotly.subplots import make_subplots
+    """The two policies' slot timelines one above the other, on the same time axis.
+
+    ``title`` is a sentence already formatted with :func:`helpers.infra.messages.message`.
+    """
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.12,
-                        subplot_titles=(f"static: done at {static.makespan:.2f} {unit}",
-                                        f"continuous: done at {continuous.makespan:.2f} {unit}"))
+                        subplot_titles=(message("static: done at {seconds:.2f} {unit}", seconds=static.makespan,
+                                                unit=unit),
+                                        message("continuous: done at {seconds:.2f} {unit}",
+                                                seconds=continuous.makespan, unit=unit)))
     for t in gantt_traces(static):
         fig.add_trace(t, row=1, col=1)
     for t in gantt_traces(continuous, show_legend=False):
         fig.add_trace(t, row=2, col=1)
     fig.update_layout(title=title, barmode="overlay", hovermode="closest",
                       height=max(430, 2 * 24 * static.slots + 200))
-    fig.update_xaxes(title_text=f"time ({unit})", row=2, col=1)
+    fig.update_xaxes(title_text=message("time ({unit})", unit=unit), row=2, col=1)
     fig.update_yaxes(autorange="reversed")
     return fig

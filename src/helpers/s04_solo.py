@@ -1,7 +1,9 @@
-"""What a request produces alone: the reference every batched reply is held to (section 4).
+"""What a request produces alone: the reference every batched reply is held to.
 
-* :func:`solo_outputs`: generate it, prefill then batch-1 decode steps;
-* :func:`off_greedy`: check a batched reply against it without generating it, one teacher-forced pass per
+Section 4 (notebooks/04-batching.md), part 2.
+
+* :func:`off_greedy`: check a batched reply against what the request produces alone (prefill, then batch-1
+  decode steps: :func:`helpers.s01_kv_cache.generate_cached`) without generating it, one teacher-forced pass per
   request (over the reply alone when the request's prefill is at hand), up to ties (:data:`TIE_GAP`) that
   rounding may break either way.
 """
@@ -12,12 +14,6 @@ from typing import Sequence
 import torch
 
 from . import s01_kv_cache as kc
-
-
-@torch.inference_mode()
-def solo_outputs(model, prompt: torch.Tensor, n_new: int) -> list[int]:
-    """What one request produces alone: prefill, then batch-1 decode steps (the reference for exactness)."""
-    return kc.generate_cached(model, prompt, n_new)[0].tolist()
 
 
 TIE_GAP = 1e-3      # logits closer than this are a tie that rounding may break either way
@@ -46,7 +42,7 @@ def off_greedy(model, prompts: Sequence[torch.Tensor], outputs, lengths: Sequenc
     ``seen``, a dict the caller keeps across calls, saves the pass for a reply already checked, or for the
     start of one (the logits of a causal model at a position do not depend on the tokens after it).
     ``prefills``, the :class:`helpers.s04_slots.Prefill` of each prompt (keyed by its tokens, as
-    :func:`helpers.s04_slots.serve_side_by_side` keeps them): the prompt's part of the pass is that prefill,
+    :func:`helpers.s04_servers.serve_side_by_side` keeps them): the prompt's part of the pass is that prefill,
     already run alone, so the pass continues from its cache over the reply only (see :func:`solo_logits`).
     """
     seen = {} if seen is None else seen

@@ -22,7 +22,7 @@ own reader also unpacks every metadata value, the whole vocabulary included,
 which takes seconds for the few hundred entries we need.
 
 Q4_1 also appears here as a quantizer (:func:`q4_1_quantize`), because our
-reference weights are stored in it; :mod:`helpers.s05_quantization` re-exports it.
+reference weights are stored in it; :class:`helpers.s05_quantization.Scheme` uses it.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Weight quantization: store each weight in a few bits plus a little bookkeeping.
+"""Weight quantization, section 5 (notebooks/05-weight-quantization.md): each weight in a few bits, plus bookkeeping.
 
 Every scheme in the chapter is the same three moves: cut the tensor into
 *blocks* that share one scale, map each weight to the nearest of a few
@@ -27,10 +27,8 @@ Schemes
   ``w ~ (q - zero_point) * scale``;
 * :func:`nf4_levels`, :func:`nf4_quantize`: NormalFloat4 (QLoRA), 16 levels at
   quantiles of the normal distribution, absmax-scaled blocks (64 by default);
-* GGML's Q4_1, the format our reference weights are stored in (blocks of 32, 4-bit
-  codes, an fp16 scale ``d`` and an fp16 minimum ``m``, ``w ~ q * d + m``, 5 bits per
-  weight), is defined with the other GGUF block formats in :mod:`helpers.s05_gguf`;
-  a :class:`Scheme` of kind ``"q4_1"`` uses it;
+* GGML's Q4_1, our reference's format (blocks of 32, ``w ~ q * d + m``, 5 bits per weight), is
+  defined with the other GGUF block formats in :mod:`helpers.s05_gguf`; a :class:`Scheme` of kind ``"q4_1"`` uses it;
 * :func:`bits_per_weight`: the bookkeeping (bytes at those bits: :func:`helpers.infra.model.weight_bytes_at`);
 * :func:`relative_error`: ``||W - W_hat|| / ||W||``;
 * :class:`Scheme`, :func:`projection_weights`, :func:`relative_errors`,
@@ -316,12 +314,10 @@ def quantized_projections(model: torch.nn.Module, scheme: Scheme,
                           originals: dict[str, torch.Tensor] | None = None) -> Iterator[torch.nn.Module]:
     """Inside the ``with`` block every projection matrix holds its fake-quantized weights; restored on exit.
 
-    ``originals``: copies of the model's projection weights as they are now (the same names and shapes as
-    :func:`projection_weights`, e.g. ``{n: w.clone() for n, w in projection_weights(model).items()}``), kept by
-    the caller across many schemes. Each matrix is then quantized from its original and restored from it, and
-    nothing is cloned. They must equal the model's weights on entry: names, shapes and dtypes are checked, the
-    values are not (that would read every weight twice per call; :func:`helpers.s07_quality.applied` checks the
-    restore, so in a loop of ``applied`` blocks each entry is the previous exit, already compared).
+    ``originals``: copies of the model's projection weights as they are now (``{n: w.clone() for n, w in
+    projection_weights(model).items()}``), kept by the caller across many schemes: each matrix is quantized from
+    and restored from its original, and nothing is cloned. Names, shapes and dtypes are checked, the values are
+    not (:func:`helpers.s07_quality.applied` checks the restore, so each entry is the previous exit, compared).
     """
     weights = projection_weights(model)
     if originals is not None:
@@ -340,7 +336,6 @@ def quantized_projections(model: torch.nn.Module, scheme: Scheme,
 
 
 def _check_originals(weights: dict[str, torch.Tensor], originals: dict[str, torch.Tensor]) -> None:
-    """One sentence when ``originals`` are not separate copies of every projection matrix (same shape and dtype)."""
     if set(originals) != set(weights):
         missing = sorted(set(weights) - set(originals)) or sorted(set(originals) - set(weights))
         raise ValueError(f"originals must hold exactly the model's projection weights; {missing[0]} differs: "

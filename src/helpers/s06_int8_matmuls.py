@@ -8,7 +8,8 @@
 * :func:`token_error`: the error per token, so one huge token cannot hide the rest;
 * whole models: :func:`emulated_linears` (every linear through one scheme),
   :func:`quantize_linears_dynamic` (PyTorch's real INT8 kernel) and
-  :func:`greedy_agreement` with full precision.
+  :func:`greedy_agreement` with full precision, teacher-forced (:func:`compare_next_tokens`, the one
+  definition of agreement that section 7 builds on).
 
 Codes come from :func:`helpers.s05_quantization.absmax_quantize`. Their products
 are accumulated exactly (:func:`integer_matmul`): in float32 when no partial
@@ -32,8 +33,8 @@ from .s05_quantization import absmax_quantize
 def token_error(approx: torch.Tensor, exact: torch.Tensor) -> float:
     """Mean over tokens (rows) of ||approx_t - exact_t|| / ||exact_t||.
 
-    Unlike ``helpers.s05_quantization.relative_error`` (one norm over the whole matrix), one token with a huge output cannot hide the damage done
-    to every other token: each row counts once.
+    Unlike :func:`helpers.s05_quantization.relative_error` (one norm over the whole matrix), one token with a
+    huge output cannot hide the damage done to every other token: each row counts once.
     """
     if approx.shape != exact.shape or exact.dim() != 2:
         raise ValueError(f"need two (tokens, features) tensors of one shape, got {tuple(approx.shape)} and "
@@ -242,21 +243,45 @@ def dynamic_activation_bits(module) -> int:
     return 7 if reduced and torch.backends.quantized.engine in ("x86", "fbgemm") else 8
 
 
-@torch.inference_mode()
-def greedy_choices(model, prompt_ids: torch.Tensor, continuation: torch.Tensor) -> torch.Tensor:
-    """The token ``model`` would pick greedily at each position of ``continuation`` given the true prefix.
+# --------------------------------------------------------------------------- agreement with full precision
 
-    One forward pass over prompt + continuation (teacher forcing); returns (n,) token ids.
+
+@torch.inference_mode()
+def teacher_forced_logprobs(model, prompt_ids: torch.Tensor, continuation: torch.Tensor) -> torch.Tensor:
+    """Log-probabilities (n, vocab) of the next token at each position of ``continuation``, given the true prefix.
+
+    One forward pass over prompt + continuation (teacher forcing): every position sees the identical prefix,
+    whatever the model would have generated itself.
     """
     check_ids(prompt_ids)
     if continuation.dim() != 2 or continuation.shape[0] != 1 or continuation.shape[1] < 1:
         raise ValueError(f"continuation must be shaped (1, n) with n >= 1, got {tuple(continuation.shape)}.")
-    seq = torch.cat([prompt_ids, continuation], dim=1)
-    logits = model(seq, use_cache=False).logits[0]
-    p = prompt_ids.shape[1]
-    return logits[p - 1:-1].argmax(dim=-1)
+    logits = model(torch.cat([prompt_ids, continuation], dim=1), use_cache=False).logits[0]
+    return torch.log_softmax(logits[prompt_ids.shape[1] - 1:-1].float(), dim=-1)
 
 
-def greedy_agreement(model, prompt_ids: torch.Tensor, reference: torch.Tensor) -> float:
-    """Fraction of positions where ``model`` picks the reference's next token given the same prefix."""
-    return float((greedy_choices(model, prompt_ids, reference) == reference[0]).double().mean())
+def compare_next_tokens(reference: torch.Tensor, test: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Teacher-forced agreement, the one definition (section 7 builds on it): per position, whether the greedy
+    next tokens agree, and KL(reference || test) in nats.
+
+    ``reference`` and ``test`` are next-token log-probabilities at the same positions, shaped (..., vocab).
+    Returns (same: bool (...), kl: (...)).
+    """
+    if reference.shape != test.shape:
+        raise ValueError(f"Reference log-probs {tuple(reference.shape)} and test log-probs {tuple(test.shape)} must "
+                         f"cover the same positions: compute both on the same text.")
+    same = reference.argmax(-1) == test.argmax(-1)
+    kl = (reference.exp() * (reference - test)).sum(-1).clamp(min=0)
+    return same, kl
+
+
+def greedy_agreement(reference, model, prompt_ids: torch.Tensor, continuation: torch.Tensor) -> float:
+    """Fraction of the positions of ``continuation`` where ``model``'s greedy next token is the reference's.
+
+    ``reference`` is the reference model or its :func:`teacher_forced_logprobs` computed beforehand (pass those
+    when ``model`` is the reference changed in place, as inside :func:`emulated_linears`).
+    """
+    ref = reference if isinstance(reference, torch.Tensor) else teacher_forced_logprobs(reference, prompt_ids,
+                                                                                          continuation)
+    same, _ = compare_next_tokens(ref, teacher_forced_logprobs(model, prompt_ids, continuation))
+    return float(same.double().mean())

@@ -12,7 +12,8 @@ size for everything else. This module
   dimensions (:func:`top_dimensions`), a log2-binned histogram
   (:func:`log2_histogram`), INT8 levels actually used (:func:`levels_used`,
   :func:`levels_per_dimension`), the scale left when the top-k dimensions are
-  set aside (:func:`exclude_top_dimensions`).
+  set aside (:func:`exclude_top_dimensions`, with section 5's
+  :func:`helpers.s05_quantization.absmax_quantize`).
 
 The INT8 matmuls that cope with outliers are in :mod:`helpers.s06_int8_matmuls`.
 """
@@ -23,19 +24,10 @@ from typing import Iterable
 
 import torch
 
-QMAX = 127  # symmetric INT8: codes -128..127, scale = absmax / 127
+from .infra.model import decoder_layers
+from .s05_quantization import absmax_quantize
 
 # --------------------------------------------------------------------------- capturing
-
-
-def decoder_layers(model) -> torch.nn.ModuleList:
-    """The list of transformer blocks of a Hugging Face decoder (``model.model.layers``)."""
-    inner = getattr(model, "model", None)
-    layers = getattr(inner, "layers", None)
-    if layers is None:
-        raise ValueError("This model has no `model.layers` list of decoder blocks; pass a Llama/Qwen-style "
-                         "decoder from transformers.")
-    return layers
 
 
 def check_ids(ids: torch.Tensor) -> None:
@@ -51,7 +43,7 @@ def residual_stream(model, ids: torch.Tensor) -> torch.Tensor:
     the stream after ``l`` blocks, *before* the final norm (unlike ``hidden_states[-1]``).
     """
     check_ids(ids)
-    layers = decoder_layers(model)
+    _, layers = decoder_layers(model)
     captured: list[torch.Tensor] = []
 
     def grab_input(module, args, kwargs):
@@ -193,11 +185,9 @@ def exclude_top_dimensions(h: torch.Tensor, k: int) -> dict:
         raise ValueError(f"h must be (tokens, hidden), got shape {tuple(h.shape)}.")
     if not 0 <= k < h.shape[1]:
         raise ValueError(f"k must be between 0 and {h.shape[1] - 1} (hidden size minus one), got {k}.")
-    maxima = dimension_maxima(h)
-    excluded = maxima.topk(k).indices if k else torch.empty(0, dtype=torch.long)
+    excluded = dimension_maxima(h).topk(k).indices if k else torch.empty(0, dtype=torch.long)
     keep = torch.ones(h.shape[1], dtype=torch.bool)
     keep[excluded] = False
-    scale = maxima[keep].max() / QMAX
-    codes = torch.round(h / scale).clamp(-QMAX - 1, QMAX).to(torch.int8)
-    codes[:, ~keep] = 0
+    codes = torch.zeros(h.shape, dtype=torch.int8)
+    codes[:, keep], scale = absmax_quantize(h[:, keep], 8)        # one INT8 scale for the columns kept
     return {"excluded": excluded, "scale": scale, "codes": codes}

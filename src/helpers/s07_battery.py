@@ -1,10 +1,10 @@
-"""The battery of section 7: sixteen short factual questions, asked greedily, in one batch.
+"""The battery of section 7 (notebooks/07-quality.md): sixteen short factual questions, asked greedily, in one batch.
 
 * :func:`load_battery`: the questions and their accepted answers, from ``data/battery.json``;
 * :func:`is_correct`: an answer counts when an accepted answer appears in the reply as a whole word or phrase;
 * :func:`greedy_with_penalties` and :func:`run_battery`: every question under several repetition penalties
   (transformers' rule, :func:`penalize`) at once, prefilled once, with the shared chat-template opening computed
-  once where the model allows it (:func:`helpers.s07_quality.can_share_prefix`).
+  once where the model allows it (:func:`helpers.s07_batched.can_share_prefix`).
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from typing import Sequence
 import torch
 
 from .infra.model import chat_prompt
-from .s07_quality import last_logits_only, pad_id_of, padded_prefill, can_share_prefix, left_padded, prefix_padded
+from .s07_batched import can_share_prefix, last_logits_only, left_padded, pad_id_of, padded_prefill, prefix_padded
 from . import s01_kv_cache as kv_cache
 
 BATTERY_FILE = Path(__file__).resolve().parents[2] / "data" / "battery.json"
@@ -81,8 +81,7 @@ def greedy_with_penalties(model, ids: torch.Tensor, mask: torch.Tensor, penaltie
     pos = (mask.cumsum(-1) - 1).clamp(min=0)
     logits, cache = padded_prefill(model, ids, mask, shared, **last_logits_only(model))
     penalty = torch.tensor(list(penalties), dtype=torch.float32).repeat_interleave(b)
-    kv = [(k.repeat(r, 1, 1, 1), v.repeat(r, 1, 1, 1)) for k, v in kv_cache.cache_to_kv(cache)]
-    cache = kv_cache.cache_from_kv(model, kv)
+    cache = kv_cache.repeat_rows(model, cache, r)           # copy j of the batch decodes under penalties[j]
     seen, mask, pos = ids.repeat(r, 1), mask.repeat(r, 1), pos[:, -1:].repeat(r, 1)
     last = logits[:, -1].float().repeat(r, 1)
     out = []

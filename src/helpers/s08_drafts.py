@@ -1,4 +1,4 @@
-"""The drafts of section 8: who proposes the tokens the target verifies.
+"""The drafts of section 8 (notebooks/08-speculative-decoding.md): who proposes the tokens the target verifies.
 
 A draft is any object with three methods (the ``Draft`` protocol, used by
 :func:`helpers.s08_speculative.speculative_generate`):
@@ -15,17 +15,35 @@ Three kinds here:
   section 9), with its own KV cache, cropped after every verification. An optional ``token_map`` lets the
   model's LM head cover only some token ids (a frequency-restricted head, FR-Spec 2025): tokens it cannot
   propose have q = 0, which keeps the rule exact;
-* :func:`early_exit_draft`: the target's own first layers with such a restricted head;
+* :func:`early_exit_draft`: the target's own first layers with such a restricted head, built by
+  :func:`student_from_teacher` (a smaller model made of some of the teacher's decoder layers; section 9
+  distils such a student);
 * :class:`PromptLookupDraft`: no model at all, it copies what followed the latest earlier occurrence of the
   last few tokens (n-gram "prompt lookup"); q is one-hot on its proposal.
+
+:func:`student_from_teacher` builds a smaller model from the target's own decoder layers (the first k for an
+early exit here; every k-th, or the first k, for section 9's distilled students). Layers are found through the
+module tree (:func:`helpers.infra.model.decoder_layers`), so any transformers causal LM works, not only Llama. The kept layers are
+copies; the embedding, final norm and LM head are the teacher's own tensors, so a student costs only its layers'
+memory (on a 262k-token vocabulary the embedding alone is 0.7 GB in fp32).
 """
 from __future__ import annotations
+
+import contextlib
+import copy
+from typing import Sequence
 
 import torch
 
 from . import s01_kv_cache as kc
 from .infra.measure import now
+from .infra.model import decoder_layers
 from .s08_speculative import processed
+
+try:                 # transformers' switch that skips the random initialisation of a new model
+    from transformers.initialization import no_init_weights
+except ImportError:  # older transformers: there is no such switch, and the (wasted) random init just runs
+    no_init_weights = contextlib.nullcontext
 
 
 class ModelDraft:
@@ -82,15 +100,6 @@ class ModelDraft:
             same += 1
         kc.crop_cache(self.cache, same)
         self.cached = self.cached[:same]
-
-
-def as_draft(draft):
-    """A draft object for the loop: objects with the protocol pass through, modules become :class:`ModelDraft`."""
-    if all(hasattr(draft, m) for m in ("start", "propose", "commit")):
-        return draft
-    if isinstance(draft, torch.nn.Module):
-        return ModelDraft(draft)
-    raise ValueError("draft must be a causal-LM torch.nn.Module or an object with start, propose and commit.")
 
 
 class PromptLookupDraft:
@@ -152,9 +161,42 @@ def restrict_head(model: torch.nn.Module, token_map: torch.Tensor) -> torch.nn.M
 def early_exit_draft(target: torch.nn.Module, layers: int, token_map: torch.Tensor | None = None) -> ModelDraft:
     """The target's first ``layers`` decoder layers (copied), its final norm, and an LM head restricted to
     ``token_map`` (all tokens if ``None``)."""
-    from .s09_distillation import student_from_teacher
     vocab = target.config.vocab_size
     student = student_from_teacher(target, list(range(layers)))
     if token_map is not None:
         restrict_head(student, token_map)
     return ModelDraft(student, token_map, vocab)
+
+
+# --------------------------------------------------------------------------- a smaller model from the target's layers
+
+
+def student_from_teacher(teacher: torch.nn.Module, keep: Sequence[int]) -> torch.nn.Module:
+    """A new model of the teacher's class with only the decoder layers ``keep`` (copied, so they can be trained
+    without touching the teacher). Everything else (embedding, final norm, LM head) is the teacher's own tensors,
+    shared, not copied: a student that trains them must copy them first. Per-layer settings (``layer_types``:
+    sliding or full) follow."""
+    n = teacher.config.num_hidden_layers
+    keep = list(keep)
+    if not keep or sorted(set(keep)) != keep or not 0 <= keep[0] <= keep[-1] < n:
+        raise ValueError(f"keep must be increasing layer indices between 0 and {n - 1}, got {keep}.")
+    cfg = copy.deepcopy(teacher.config)
+    cfg.num_hidden_layers = len(keep)
+    if isinstance(getattr(cfg, "layer_types", None), list):
+        cfg.layer_types = [cfg.layer_types[i] for i in keep]
+    prefix, _ = decoder_layers(teacher)
+    new_index = {old: new for new, old in enumerate(keep)}
+    state = {}
+    for key, value in teacher.state_dict().items():
+        if key.startswith(prefix + "."):
+            old, rest = key[len(prefix) + 1:].split(".", 1)
+            if int(old) not in new_index:
+                continue
+            key, value = f"{prefix}.{new_index[int(old)]}.{rest}", value.clone()
+        state[key] = value
+    with torch.device("cpu"), no_init_weights():      # every weight is assigned below: skip the random init
+        student = type(teacher)(cfg)
+    student.load_state_dict(state, assign=True)        # strict; assign: the tensors themselves, no second copy
+    student.tie_weights()                              # a tied head is the embedding again, as in the teacher
+    p = next(teacher.parameters())
+    return student.to(device=p.device, dtype=p.dtype).eval()      # a no-op for the shared tensors

@@ -1,4 +1,4 @@
-"""Speculative decoding (section 8): the arithmetic, the acceptance rule, and the draft/verify loop.
+"""Speculative decoding, section 8 (notebooks/08-speculative-decoding.md): the arithmetic, the rule, the loop.
 
 * the arithmetic: :func:`expected_tokens` per verification, (1 - α^(γ+1)) / (1 - α), and
   :func:`speedup`, that divided by the cost of a round, γc + v (v = 1 in the chapter; on a CPU the
@@ -6,8 +6,10 @@
 * the rule of Leviathan et al. (2023): the draft proposes x ~ q, the target keeps it with probability
   min(1, p(x) / q(x)), and otherwise samples from the residual max(p - q, 0), normalised
   (:func:`accept_token`, :func:`residual`). p is always the *target*, q the *draft*;
-* :func:`speculative_generate`: the loop, greedy or sampled, with any draft from :mod:`helpers.s08_drafts`
-  (or any causal-LM module sharing the target's vocabulary).
+* :func:`speculative_generate`: the loop, greedy or sampled, with any draft object (``start``, ``propose``,
+  ``commit``: the drafts of :mod:`helpers.s08_drafts`, which builds on this module).
+
+Section 9 reuses :func:`processed` (softmax of logits / T: its soft labels) and :func:`speedup`.
 """
 from __future__ import annotations
 
@@ -123,27 +125,18 @@ def tv_threshold(n: int, support: int, delta: float = 1e-6) -> float:
     return 0.5 * math.sqrt(support / n) + math.sqrt(math.log(1 / delta) / (2 * n))
 
 
-def chi_square_pvalue(counts: torch.Tensor, p: torch.Tensor) -> float:
-    """Pearson's chi-square goodness of fit over the outcomes with p > 0 (p-value from the regularised gamma)."""
-    keep = p > 0
-    if (counts[~keep] > 0).any():
-        return 0.0
-    n = counts.sum()
-    expected = p[keep].double() * n
-    stat = ((counts[keep].double() - expected) ** 2 / expected).sum()
-    dof = int(keep.sum()) - 1
-    return float(torch.special.gammaincc(torch.tensor(dof / 2, dtype=torch.float64), stat / 2))
-
-
 def processed(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None) -> torch.Tensor:
-    """softmax(logits / T) restricted to the top k: the distribution a sampler really draws from (both p and q)."""
+    """softmax(logits / T) restricted to the top k: the distribution a sampler really draws from (both p and q).
+
+    With ``top_k=None`` it is the teacher's soft labels of section 9: T > 1 flattens the distribution, T < 1
+    sharpens it. Computed in float32 at least (float64 logits stay float64)."""
     if not temperature > 0:
         raise ValueError(f"temperature must be > 0 (use greedy decoding for T = 0), got {temperature}.")
     if top_k is not None and (isinstance(top_k, bool) or int(top_k) != top_k or top_k < 1):
         raise ValueError(f"top_k must be a whole number of tokens, at least 1 (or None for all), got {top_k!r}.")
     if torch.isnan(logits).any():
         raise ValueError("the logits contain NaN: the model's output is broken, so there is no distribution to draw from.")
-    z = logits.float() / temperature
+    z = logits.to(torch.promote_types(logits.dtype, torch.float32)) / temperature   # fp64 stays fp64
     if top_k is not None and top_k < z.shape[-1]:
         cut = z.topk(top_k, dim=-1).values[..., -1:]
         z = z.masked_fill(z < cut, float("-inf"))
@@ -183,7 +176,10 @@ def acceptance_rate(accepted: int, rejected: int) -> float:
     return accepted / judged if judged else float("nan")
 
 
-def _check_inputs(prompt_ids: torch.Tensor, n_new: int, gamma: int) -> None:
+def _check_inputs(draft, prompt_ids: torch.Tensor, n_new: int, gamma: int) -> None:
+    if not all(callable(getattr(draft, m, None)) for m in ("start", "propose", "commit")):
+        raise ValueError("draft must have the draft protocol (start, propose, commit): wrap a model in "
+                         "helpers.s08_drafts.ModelDraft.")
     if prompt_ids.dim() != 2 or prompt_ids.shape[0] != 1 or prompt_ids.shape[1] < 1:
         raise ValueError(f"prompt_ids must be one non-empty sequence shaped (1, tokens), got {tuple(prompt_ids.shape)}.")
     if isinstance(n_new, bool) or not isinstance(n_new, int) or n_new < 1:
@@ -197,15 +193,13 @@ def speculative_generate(target, draft, prompt_ids: torch.Tensor, n_new: int, ga
                          generator: torch.Generator | None = None):
     """Generate ``n_new`` tokens with ``draft`` proposing up to ``gamma`` at a time and ``target`` verifying them.
 
-    ``draft`` is a causal-LM module sharing the target's vocabulary, or any object with the
-    :class:`helpers.s08_drafts.Draft` protocol (``start``, ``propose``, ``commit``). Greedy by default (the output
+    ``draft`` is any object with the draft protocol (``start``, ``propose``, ``commit``; a causal LM sharing the
+    target's vocabulary becomes one with :class:`helpers.s08_drafts.ModelDraft`). Greedy by default (the output
     equals plain greedy decoding); with ``sample=True`` Leviathan's rule on the processed distributions.
     Returns (tokens (1, n_new), stats dict: proposed, accepted, rejected, acceptance_rate (α per judged token,
     :func:`acceptance_rate`), accepted_share (accepted / proposed), target_forwards, tokens_per_forward, seconds, ...).
     """
-    from .s08_drafts import as_draft
-    _check_inputs(prompt_ids, n_new, gamma)
-    draft = as_draft(draft)
+    _check_inputs(draft, prompt_ids, n_new, gamma)
     t0 = now()
     cache = kc.rollback_cache(target)
     if prompt_ids.shape[1] > 1:

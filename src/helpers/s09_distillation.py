@@ -1,23 +1,25 @@
-"""Distillation (section 9): soft labels, temperature, a student made from the teacher, and the KD loss.
+"""Distillation, section 9 (notebooks/09-distillation.md): temperature, a student made from the teacher, the KD loss.
 
-* :func:`soft_labels` and :func:`top_to_third`: the teacher's whole next-token distribution, flattened by a
-  temperature T. Ratios of probabilities are ``exp((z_i - z_j) / T)``, so at T = 2 every ratio is the square
-  root of its value at T = 1.
-* :func:`student_from_teacher`: a smaller model built from the teacher's own decoder layers (every k-th, as
-  DistilBERT and DistilGPT2 were initialised, or the first k). Layers are found through the module tree, so
-  any transformers causal LM works, not only Llama. The kept layers are copies; the embedding, final norm and
-  LM head are the teacher's own tensors, so a student costs only its layers' memory (on a 262k-token
-  vocabulary the embedding alone is 0.7 GB in fp32).
+* The soft labels are section 8's :func:`helpers.s08_speculative.processed`, softmax(logits / T);
+  :func:`top_to_third` reads them. Ratios of probabilities are ``exp((z_i - z_j) / T)``, so at T = 2 every
+  ratio is the square root of its value at T = 1.
+* The student is section 8's :func:`helpers.s08_drafts.student_from_teacher`: a smaller model built from the
+  teacher's own decoder layers (:func:`every_kth`, as DistilBERT and DistilGPT2 were initialised, or the first
+  k, section 8's early exit). The kept layers are copies; the embedding, final norm and LM head are the
+  teacher's own tensors, so a student costs only its layers' memory (on a 262k-token vocabulary the embedding
+  alone is 0.7 GB in fp32).
 * :func:`add_exit_adapter`: a trained residual linear map in front of the LM head: the "first layers plus an
   exit adapter" student. It starts at zero, i.e. as plain early exit.
-* :func:`teacher_targets` stores the teacher's top-k logits once (the full distribution costs
-  :func:`full_logits_bytes` per token); :func:`teacher_pass` does the same and also returns what a student
-  made of the teacher's first layers feeds its head, which the teacher computes on its way. :func:`kd_loss`
+* :func:`teacher_pass` runs the teacher once and stores its top-k logits (:class:`Targets`; the full
+  distribution costs :func:`full_logits_bytes` per token), and also returns what a student made of the
+  teacher's first layers feeds its head, which the teacher computes on its way. :func:`kd_loss`
   is KL(teacher/T || student/T) x T² on them (Hinton et al. 2015), :func:`hard_loss` the ordinary
   next-token cross-entropy it is compared with.
 * :func:`train` runs either loss for a fixed number of seeded, deterministic steps with a progress bar;
   :func:`evaluate` reports held-out KL, perplexity and top-1 agreement with the teacher (the teacher's side
-  computed once by :func:`held_reference` when many students are scored on the same text).
+  computed once by :func:`held_reference` when many students are scored on the same text): agreement and KL
+  are section 6's :func:`helpers.s06_int8_matmuls.compare_next_tokens`, the NLL behind the perplexity section
+  7's :func:`helpers.s07_quality.token_nlls`, here over several rows of text.
 
 Memory: full-vocabulary logits are the largest tensors here (rows x tokens x vocab x 4 bytes: 537 MB for 512
 tokens of a 262k vocabulary). The teacher's pass keeps at most :data:`LOGITS_BUDGET` bytes of them at a time,
@@ -26,25 +28,20 @@ the held reference keeps one such tensor (the log-probabilities, not their expon
 """
 from __future__ import annotations
 
-import copy
 import math
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
+
 from .infra.measure import progress
+from .s06_int8_matmuls import compare_next_tokens
+from .s07_quality import token_nlls
 
 LOGITS_BUDGET = 2 ** 28     # bytes of full-vocabulary logits (or their temporaries) worked on at a time: 256 MiB
 
-# --------------------------------------------------------------------------- soft labels and temperature
-
-
-def soft_labels(logits: torch.Tensor, T: float = 1.0) -> torch.Tensor:
-    """softmax(logits / T): T > 1 flattens the distribution, T < 1 sharpens it."""
-    if not T > 0:
-        raise ValueError(f"The temperature T must be a positive number, got {T}.")
-    return torch.softmax(logits.double() / T, dim=-1)
+# --------------------------------------------------------------------------- temperature
 
 
 def top_to_third(probs: torch.Tensor) -> float:
@@ -61,62 +58,11 @@ def full_logits_bytes(vocab: int, bytes_per_logit: int = 4) -> int:
 # --------------------------------------------------------------------------- the student
 
 
-def decoder_layers(model: torch.nn.Module) -> tuple[str, torch.nn.ModuleList]:
-    """The model's stack of decoder layers: the ModuleList with one entry per hidden layer (any architecture)."""
-    n = model.config.num_hidden_layers
-    found = [(name, m) for name, m in model.named_modules() if isinstance(m, torch.nn.ModuleList) and len(m) == n]
-    if len(found) != 1:
-        raise ValueError(f"Found {len(found)} module lists of {n} layers in this model, expected one: "
-                         f"pass a transformers causal language model.")
-    return found[0]
-
-
 def every_kth(n_layers: int, k: int) -> list[int]:
-    """Layers 0, k, 2k, ... (DistilBERT kept one layer in two)."""
+    """Layers 0, k, 2k, ... (DistilBERT kept one layer in two): the layers a student keeps."""
     if not 1 <= k <= n_layers:
         raise ValueError(f"k must be between 1 and the {n_layers} layers, got {k}.")
     return list(range(0, n_layers, k))
-
-
-def student_from_teacher(teacher: torch.nn.Module, keep: Sequence[int]) -> torch.nn.Module:
-    """A new model of the teacher's class with only the decoder layers ``keep`` (copied, so they can be trained
-    without touching the teacher). Everything else (embedding, final norm, LM head) is the teacher's own tensors,
-    shared, not copied: a student that trains them must copy them first. Per-layer settings (``layer_types``:
-    sliding or full) follow."""
-    n = teacher.config.num_hidden_layers
-    keep = list(keep)
-    if not keep or sorted(set(keep)) != keep or not 0 <= keep[0] <= keep[-1] < n:
-        raise ValueError(f"keep must be increasing layer indices between 0 and {n - 1}, got {keep}.")
-    cfg = copy.deepcopy(teacher.config)
-    cfg.num_hidden_layers = len(keep)
-    if isinstance(getattr(cfg, "layer_types", None), list):
-        cfg.layer_types = [cfg.layer_types[i] for i in keep]
-    prefix, _ = decoder_layers(teacher)
-    new_index = {old: new for new, old in enumerate(keep)}
-    state = {}
-    for key, value in teacher.state_dict().items():
-        if key.startswith(prefix + "."):
-            old, rest = key[len(prefix) + 1:].split(".", 1)
-            if int(old) not in new_index:
-                continue
-            key, value = f"{prefix}.{new_index[int(old)]}.{rest}", value.clone()
-        state[key] = value
-    with torch.device("cpu"), _no_init():            # every weight is assigned below: skip the random init
-        student = type(teacher)(cfg)
-    student.load_state_dict(state, assign=True)        # strict; assign: the tensors themselves, no second copy
-    student.tie_weights()                              # a tied head is the embedding again, as in the teacher
-    p = next(teacher.parameters())
-    return student.to(device=p.device, dtype=p.dtype).eval()      # a no-op for the shared tensors
-
-
-def _no_init():
-    """transformers' switch that skips the random initialisation of a new model (a no-op where it is missing)."""
-    try:
-        from transformers.initialization import no_init_weights
-    except ImportError:
-        import contextlib
-        return contextlib.nullcontext()
-    return no_init_weights()
 
 
 class ExitAdapter(torch.nn.Module):
@@ -170,12 +116,6 @@ class Targets:
         return self.values.numel() * self.values.element_size() + self.indices.numel() * 4   # ids fit in int32
 
 
-@torch.no_grad()
-def teacher_targets(teacher: torch.nn.Module, ids: torch.Tensor, k: int = 32, batch: int | None = None) -> Targets:
-    """Run the teacher once over ``ids`` (rows, tokens) and keep the top-``k`` logits at every position."""
-    return teacher_pass(teacher, ids, None, k, batch)[0]
-
-
 def rows_per_batch(tokens: int, vocab: int, most: int = 8, budget: int | None = None) -> int:
     """How many rows of ``tokens`` tokens one forward takes so that its fp32 logits stay within ``budget`` bytes
     (:data:`LOGITS_BUDGET` by default; at least 1, at most ``most``)."""
@@ -187,8 +127,8 @@ def teacher_pass(teacher: torch.nn.Module, ids: torch.Tensor, student: torch.nn.
                  batch: int | None = None) -> tuple[torch.Tensor | Targets, torch.Tensor]:
     """Run the teacher once over ``ids`` (rows, tokens); returns (its logits, what reaches ``student``'s head).
 
-    ``student`` is made of the teacher's first layers (:func:`student_from_teacher`). The teacher computes those
-    layers on its way, so their output, through the final norm, is exactly :func:`head_inputs` of the student,
+    ``student`` is made of the teacher's first layers (:func:`helpers.s08_drafts.student_from_teacher`). The
+    teacher computes those layers on its way, so their output, through the final norm, is exactly :func:`head_inputs` of the student,
     without running the student (checked on the first row; where the model keeps its final norm elsewhere the
     student is run after all). With ``k`` the logits are kept as the top-``k`` :class:`Targets`. With no
     ``student`` only the logits are returned (and None). ``batch`` rows go through at once; by default as many
@@ -280,31 +220,19 @@ class HeldReference:
     log_p: torch.Tensor      # (rows, tokens, vocab) the teacher's log-probabilities, fp32 (their exponential is
                              # taken a slice at a time: a second tensor of this size is what a large vocabulary
                              # cannot afford)
-    top: torch.Tensor        # (rows, tokens) the teacher's top token
     ids: torch.Tensor        # (rows, tokens) the text
     perplexity: float        # the teacher's own perplexity on the text
+
+
+def perplexity_of_rows(logits: torch.Tensor, ids: torch.Tensor) -> float:
+    """exp(mean NLL) of every row's next tokens: section 7's :func:`helpers.s07_quality.token_nlls`, row by row."""
+    return math.exp(float(torch.cat([token_nlls(logits[r:r + 1], ids[r:r + 1]) for r in range(len(ids))]).mean()))
 
 
 @torch.no_grad()
 def held_reference(teacher_logits: torch.Tensor, ids: torch.Tensor) -> HeldReference:
     """The teacher's side of :func:`evaluate`, once for every student scored on the same text."""
-    log_p = torch.log_softmax(teacher_logits.float(), -1)
-    return HeldReference(log_p, teacher_logits.argmax(-1), ids, _perplexity(_next_token(log_p, ids)))
-
-
-def _next_token(log_q: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-    """log q of the text's own next token at every position but each row's last: (rows, tokens - 1)."""
-    return log_q[:, :-1].gather(-1, ids[:, 1:, None])[..., 0]
-
-
-def _perplexity(next_log_q: torch.Tensor) -> float:
-    """exp(:func:`hard_loss`) from the log-probabilities of the next tokens (:func:`_next_token`).
-
-    Cross-entropy is the NLL of the log-softmax; ``nll_loss`` over one column sums the same numbers in the same
-    order as over the whole vocabulary, so this is :func:`hard_loss` bit for bit.
-    """
-    flat = next_log_q.flatten()[:, None]
-    return math.exp(float(F.nll_loss(flat, torch.zeros(len(flat), dtype=torch.long))))
+    return HeldReference(torch.log_softmax(teacher_logits.float(), -1), ids, perplexity_of_rows(teacher_logits, ids))
 
 
 def _slices(tokens: int, vocab: int) -> list[slice]:
@@ -329,12 +257,9 @@ def evaluate(student_logits: torch.Tensor, teacher: torch.Tensor | HeldReference
         raise ValueError(f"The student's logits are shaped {tuple(student_logits.shape)}, the teacher's "
                          f"{tuple(ref.log_p.shape)}: score both on the same text.")
     kl = torch.empty(rows, tokens)                       # KL(teacher || student) at every position
-    next_log_q = torch.empty(rows, tokens - 1)
+    same = torch.empty(rows, tokens, dtype=torch.bool)   # the student's top token is the teacher's
     for r in range(rows):                                # a slice of positions at a time: see LOGITS_BUDGET
         for s in _slices(tokens, vocab):
-            log_q, log_p = torch.log_softmax(student_logits[r, s].float(), -1), ref.log_p[r, s]
-            kl[r, s] = (log_p.exp() * (log_p - log_q)).sum(-1)
-            n = min(s.stop, tokens - 1) - s.start        # positions whose next token is in the row
-            next_log_q[r, s.start:s.start + n] = log_q[:n].gather(-1, ref.ids[r, s.start + 1:s.start + 1 + n, None])[:, 0]
-    agree = float((student_logits.argmax(-1) == ref.top).float().mean())
-    return HeldOut(float(kl.mean()), _perplexity(next_log_q), agree)
+            log_q = torch.log_softmax(student_logits[r, s].float(), -1)
+            same[r, s], kl[r, s] = compare_next_tokens(ref.log_p[r, s], log_q)
+    return HeldOut(float(kl.mean()), perplexity_of_rows(student_logits, ref.ids), float(same.float().mean()))

@@ -1,4 +1,4 @@
-"""The memory budget (section 10): everything is a sum.
+"""The memory budget, section 10 (notebooks/10-memory-budget.md): everything is a sum.
 
 A model being served holds its weights and, for every resident token of every
 concurrent request, one token's worth of KV cache. On top of that the runtime
@@ -7,8 +7,9 @@ keeps some memory for itself. So a card of ``M`` bytes serves
     tokens that fit = (M - overhead - weights) // bytes per token,
 
 where the tokens are summed over all users. Bytes per token come from
-:func:`helpers.s03_cache_size.kv_bytes_per_token` (section 3); this module only adds
-the weights, the overhead and the division.
+:func:`helpers.s03_cache_size.kv_bytes_per_token` (section 3), weight bytes from
+:func:`helpers.infra.model.weight_bytes_at` with section 5's
+:func:`helpers.s05_quantization.bits_per_weight`; this module only adds the overhead and the division.
 
 The chapter's tables (8, 16 and 24 GB cards; 7B, 13B and 70B models; fp16,
 int8 and int4 weights) are reproduced *exactly* by these assumptions, which the
@@ -29,16 +30,18 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
 from dataclasses import dataclass
-from fractions import Fraction
 
 from .infra import chapter
-from .s03_cache_size import KVArchitecture, SEVEN_B_CLASS, bytes_per_element, human_bytes
+from .infra.model import weight_bytes_at
+from .s03_cache_size import KVArchitecture, SEVEN_B_CLASS, human_bytes
+from .s05_quantization import bits_per_weight
 
 GiB = 2 ** 30
 RUNTIME_OVERHEAD = 3 * GiB // 2                 # 1.5 GiB the runtime keeps for itself
-WEIGHT_BITS = {"fp32": Fraction(32), "fp16": Fraction(16), "int8": Fraction(8),
-               "int4": Fraction(4) + Fraction(16, 128)}   # int4: group-128 with an fp16 scale
+WEIGHT_BITS = {"fp32": 32, "fp16": 16, "int8": 8,
+               "int4": bits_per_weight(4, group_size=128)}   # int4: group-128 with an fp16 scale: 4.125
 KV_FORMATS = ("fp32", "fp16", "int8")           # bytes per cached number: 4, 2, 1
 CHAPTER_KV_FORMAT = "fp16"
 
@@ -71,8 +74,7 @@ def _check_amount(value, what: str, unit: str, whole: bool = False, zero: bool =
 def weight_bytes(params: int, weight_format: str) -> int:
     """Bytes of ``params`` weights stored in ``weight_format`` (rounded up to a whole byte)."""
     _check_amount(params, "The parameter count", "weights", whole=True, zero=True)
-    bits = WEIGHT_BITS[_check_format(weight_format, WEIGHT_BITS)]
-    return -(-params * bits.numerator // (8 * bits.denominator))
+    return math.ceil(weight_bytes_at(params, WEIGHT_BITS[_check_format(weight_format, WEIGHT_BITS)]))
 
 
 def tokens_that_fit(memory_bytes: int, weights: int, bytes_per_token: int, overhead: int = RUNTIME_OVERHEAD) -> int:
@@ -143,14 +145,8 @@ def machine_tokens(memory_bytes: int, weights: int, bytes_per_token: int, overhe
     return n
 
 
-def kv_bytes(fmt: str) -> int:
-    """Bytes per cached number in one of :data:`KV_FORMATS`."""
-    return bytes_per_element(_check_format(fmt, KV_FORMATS))
-
-
 def physical_memory() -> int:
     """Bytes of RAM on this machine (POSIX), or 0 when the system does not say."""
-    import os
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):

@@ -56,6 +56,9 @@ S4_THROUGHPUT_1_TO_16, S4_LATENCY_1_TO_16 = 6.0, 2.67
 S4_THROUGHPUT_16_TO_32 = 1.09
 S4_REQUESTS, S4_MEDIAN, S4_LONGEST, S4_TOTAL, S4_SLOTS = 64, 18, 231, 1874, 8
 S4_CONTINUOUS_THROUGHPUT, S4_CONTINUOUS_LATENCY = 1.6, 10.0   # "1.6x" and "more than 10x"
+S4_CONTEXT = 64                      # every request of the batch-size table holds a 64-token cache
+S4_KNEE = 16                         # the batch where the chapter's step turned compute-bound
+S4_LATENCY_16_TO_32 = 2.0            # "latency nearly doubles" from 16 to 32
 
 # 5. Weight quantization (relative error ||W - W_hat|| / ||W||)
 S5_MATRICES, S5_PARAMS = 168, 357_800_000
@@ -64,6 +67,9 @@ S5_INT4_ROW_DIVIDES_BY = 3.4
 S5_GROUP128_ERROR, S5_NF4_ERROR = 0.1323, 0.0952
 S5_WEIGHT_GB = {"fp32": 1.98, "fp16": 0.99, "int8": 0.49}   # the chapter's model's weights
 S5_NF4_GAIN = 0.28                  # NF4 block-64 vs int4 group-128: 28 % lower error
+# the matrix the chapter dissects, layers.12.mlp.down_proj (896 x 4,864 weights): |w| statistics and the count of
+# weights beyond 6 standard deviations
+S5_DOWN_PROJ_12 = dict(mean_abs=0.01386, std=0.01822, max_abs=0.43945, max_over_std=24.1, beyond_6_sigma=692)
 
 # 6. Activation outliers
 S6_GIANT_DIM, S6_GIANT_VALUE, S6_MEDIAN_DIM_MAX = 62, 1579.6, 1.6

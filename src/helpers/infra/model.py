@@ -256,6 +256,17 @@ def param_count(model: torch.nn.Module) -> int:
     return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
 
 
+def decoder_layers(model: torch.nn.Module) -> tuple[str, torch.nn.ModuleList]:
+    """The model's stack of decoder layers, and its name in the module tree: the one ModuleList with one entry per
+    hidden layer. Found through the module tree, not by a family's attribute names, so any architecture works."""
+    n = model.config.num_hidden_layers
+    found = [(name, m) for name, m in model.named_modules() if isinstance(m, torch.nn.ModuleList) and len(m) == n]
+    if len(found) != 1:
+        raise ValueError(f"Found {len(found)} module lists of {n} layers in this model, expected one: "
+                         f"pass a transformers causal language model.")
+    return found[0]
+
+
 def weight_bytes(model: torch.nn.Module) -> int:
     """Bytes of the distinct parameter tensors as they sit in memory."""
     return sum(p.numel() * p.element_size() for p in {id(p): p for p in model.parameters()}.values())
