@@ -43,7 +43,7 @@ def test_known_bytes_per_token():
 def test_chapter_headline_numbers():
     bpt = cs.CHAPTER_MODEL.bytes_per_token("fp16")
     assert cs.cache_bytes(bpt, 1, ch.S3_MEASURED_TOKENS) == ch.S3_MEASURED_BYTES
-    rows = cs.shape_table(bpt, [(32, 2048), (64, 1024), (128, 512)])
+    rows = cs.shape_table(bpt, ch.S3_RESIDENT_SHAPES)
     assert {r["resident"] for r in rows} == {ch.S3_RESIDENT_TOKENS}
     assert {r["bytes"] for r in rows} == {ch.S3_RESIDENT_MIB * 2 ** 20}
     assert cs.human_bytes(rows[0]["bytes"]) == "768 MiB"

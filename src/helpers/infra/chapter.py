@@ -49,6 +49,7 @@ S3_MEASURED_TOKENS, S3_MEASURED_BYTES = 295, 3_624_960
 S3_MHA_BYTES_PER_TOKEN = 86_016
 S3_SEVEN_B_BYTES_PER_TOKEN = 131_072
 S3_RESIDENT_TOKENS, S3_RESIDENT_MIB = 65_536, 768     # three batch shapes, the same cache
+S3_RESIDENT_SHAPES = ((32, 2048), (64, 1024), (128, 512))   # (users, tokens each) of those three shapes
 S3_SEVEN_B_WEIGHTS_GIB, S3_LONG_CONTEXT = 13.0, 128_000   # "13.0 GB" of fp16 weights; a long context
 
 # 4. Batching
