@@ -32,6 +32,7 @@ import mmap
 import struct
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from .infra.model import embedded_gguf_path, resolve_source
@@ -165,7 +166,7 @@ def _skip_value(buf, pos: int, vtype: int) -> int:
 
 
 def _parse_directory(buf, path: str) -> dict[str, StoredTensor]:
-    import gguf
+    import gguf  # here, not at the top: importing gguf takes about a second, paid only when a file is read
     if len(buf) < 24 or bytes(buf[:4]) != b"GGUF":
         raise ValueError(f"{path} is not a GGUF file (it does not start with the bytes 'GGUF').")
     version, n_tensors, n_meta = struct.unpack_from("<IQQ", buf, 4)
@@ -244,7 +245,7 @@ def read_tensor_bytes(t: StoredTensor, path: str) -> torch.Tensor:
 
 def bits_per_weight_of(type_name: str) -> float:
     """Bits one weight costs in a GGML format, scales included: 8 x bytes per block / weights per block."""
-    import gguf
+    import gguf  # here, not at the top: importing gguf takes about a second, paid only when a file is read
     try:
         block, nbytes = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[type_name]]
     except KeyError:
@@ -328,8 +329,7 @@ def dequantize_blocks(fmt: str, raw, shape: tuple[int, int]) -> torch.Tensor:
 
 def reference_dequantize(fmt: str, raw, shape: tuple[int, int]) -> torch.Tensor:
     """The ``gguf`` package's own dequantizer (``gguf.quants.dequantize``), for any format it supports."""
-    import gguf
-    import numpy as np
+    import gguf  # here, not at the top: importing gguf takes about a second, paid only when a file is read
     data = np.asarray(torch.as_tensor(raw).reshape(-1).numpy(), dtype=np.uint8)
     out = gguf.quants.dequantize(data, gguf.GGMLQuantizationType[fmt])
     return torch.from_numpy(np.asarray(out, dtype=np.float32).copy()).reshape(shape)

@@ -21,6 +21,7 @@ import copy
 import warnings
 
 import torch
+from torch.ao.nn.quantized.dynamic import Linear as DynLinear
 
 from . import s05_quantization as Q
 
@@ -114,7 +115,6 @@ def with_kernel(model: torch.nn.Module, kernel: str) -> torch.nn.Module:
 
 def linear_bytes(model: torch.nn.Module) -> int:
     """Bytes the projection layers occupy: codes, scales, zeros and biases, however they are stored."""
-    from torch.ao.nn.quantized.dynamic import Linear as DynLinear
     total = 0
     for name, mod in model.named_modules():
         if isinstance(mod, DynLinear):
