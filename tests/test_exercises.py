@@ -163,12 +163,15 @@ def test_each_solution_is_folded_tagged_and_checked(path):
         solution = part[start[0]:end + 1]
         for c in solution:
             assert "solution" in c.metadata.get("tags", []), f"{ex_id}: an untagged cell in the solution"
-            assert c.metadata.get("jupyter", {}).get("source_hidden") is True, f"{ex_id}: a solution cell not folded"
-            if c.cell_type == "code":
-                assert c.metadata["jupyter"].get("outputs_hidden") is True
+            if c.cell_type == "code":                # folded in JupyterLab to their first line
+                assert c.metadata["jupyter"] == {"source_hidden": True, "outputs_hidden": True}
                 assert c.source.startswith(f"# Solution {ex_id}\n")
-        assert solution[0].source.startswith(f"% Solution {ex_id}, folded")
-        assert solution[-1].source.startswith(f"% End of solution {ex_id}.")
+            else:                                    # Run All would unfold a hidden Markdown cell, and save it so
+                assert "source_hidden" not in c.metadata.get("jupyter", {})
+        # the reasoning sits inside the directive, which jupyterlab-myst draws as a closed dropdown
+        assert re.fullmatch(rf"```{{solution-start}} ex-{re.escape(ex_id)}\n:class: dropdown\n\n.+\n```",
+                            solution[0].source, re.S), f"{ex_id}: the solution's opening cell"
+        assert solution[-1].source == "```{solution-end}\n```"
         code = "\n".join(c.source for c in solution if c.cell_type == "code")
         assert re.search(rf'assert check\("{re.escape(ex_id)}", .*\)\.right', code), f"{ex_id}: unchecked solution"
     tagged = sum("solution" in c.metadata.get("tags", []) for c in cells(path))

@@ -512,6 +512,12 @@ def test_instructor_view_shows_outputs_and_controls_large_without_code_and_strea
         .map(s => document.querySelector(s)).filter(e => e).map(e => parseFloat(getComputedStyle(e).fontSize))""")
     assert len(sizes) == 3 and min(sizes) >= 19, f"text is not large enough for a room: {sizes} px"
     assert page.locator(".js-plotly-plot").count() > 0, "the instructor view shows no figures"
+    # the exercises show as boxes, without their directive lines; no solution is shown to the room
+    source = (ROOT / "notebooks" / f"{name}.md").read_text(encoding="utf8")
+    assert page.locator(".mic-exercise").count() == len(re.findall(r"^```\{exercise\}", source, re.M)) > 0
+    shown = page.locator("#rendered_cells").inner_text()
+    assert ":label:" not in shown and "{exercise}" not in shown and "solution-start" not in shown
+    assert "Solution to" not in shown and "✔ Exercise" not in shown, "the instructor view shows a solution"
     # move the streaming demo's controls: the reply appears token by token, live
     demo = page.locator(".widget-interact", has=page.locator(".mic-stream"))
     demo.evaluate("el => el.setAttribute('data-mic-demo', '1')")

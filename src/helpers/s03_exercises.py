@@ -62,7 +62,7 @@ EXERCISES = ExerciseSet(
                     lambda card_gib, tokens, bytes_per_token: _users(card_gib, tokens, bytes_per_token // 2)),
         ]),
     Exercise(
-        "3.3", EXPLAIN, answer=lambda query_heads, kv_heads: query_heads / kv_heads, rel=1e-9,
+        "3.3", EXPLAIN, answer=lambda query_heads, kv_heads: query_heads / kv_heads, rel=1e-6,
         example=dict(query_heads=14, kv_heads=2),
         hint="Compare the bytes each step reads under MHA and under GQA.",
         mistakes=[
