@@ -33,7 +33,10 @@ def is_solution(cell) -> bool:
 
 
 def solution_only_words() -> dict[str, set[str]]:
-    """{notebook: words that appear in its solutions and nowhere else in the chapter}: a trace of a solution."""
+    """{notebook: words that appear in its solutions and nowhere else in the chapter}: a trace of a solution.
+
+    Nowhere else means not even in another form: the search index holds stems ("proportion" and "proportional"
+    are both "proport"), so a word whose stem occurs outside the solutions is no trace."""
     rest, found = set(), {}
     for source in [*NOTEBOOKS, *(ROOT / "book").glob("*.md")]:
         if source.parent.name == "notebooks":
@@ -42,7 +45,9 @@ def solution_only_words() -> dict[str, set[str]]:
             found[source.stem] = {w.lower() for c in nb.cells if is_solution(c) for w in WORD.findall(c.source)}
         else:
             rest |= {w.lower() for w in WORD.findall(source.read_text(encoding="utf8"))}
-    return {name: words - rest for name, words in found.items()}
+    stem = snowballstemmer.stemmer("porter").stemWord        # Sphinx's English stemmer, as its search index uses
+    rest_stems = {stem(w) for w in rest}
+    return {name: {w for w in words - rest if stem(w) not in rest_stems} for name, words in found.items()}
 
 
 def site_text(site: Path) -> str:
