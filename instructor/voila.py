@@ -21,5 +21,7 @@ c.VoilaExecutor.timeout = yaml.safe_load(BOOK_CONFIG.read_text())["execute"]["ti
 # Voila's page does not have, and every load logged "The getter for the shared module is not a function
 # (#RUNTIME-012), shareKey @jupyterlab/docmanager" in the browser's console. The load in which the stream demo
 # showed "Error displaying widget: model not found" had that error next to three "widget model not found" ones.
-# Without jupytext the console shows no error.
-c.VoilaConfiguration.extension_denylist = ["jupyterlab-jupytext"]
+# Without jupytext the console shows no error. Nor jupyterlab-myst's: it renders Markdown cells in JupyterLab,
+# needs JupyterLab's Markdown viewer ("Shared module @jupyterlab/markdownviewer doesn't exist in shared scope"
+# on every load here), and Voila renders Markdown on the server anyway (the room template draws the exercises).
+c.VoilaConfiguration.extension_denylist = ["jupyterlab-jupytext", "jupyterlab-myst"]
