@@ -11,10 +11,24 @@ never as an f-string. An f-string is formatted before anything can look it up; a
 catalog first and format its own sentence with the same fields. Fields are named, so a translation
 may put them in any order. Literal braces in a template are doubled (``{{`` and ``}}``), as in
 :meth:`str.format`.
+
+Editions. :func:`edition` says which edition a kernel prints: ``MIC_EDITION`` (``en``, ``hi``, ``ur``) when set,
+else the folder the notebook runs in (``notebooks/hi/`` prints Hindi), else English. An edition's catalog is
+``locale/<edition>/LC_MESSAGES/helpers.po`` (gettext, read with Babel; ``scripts/extract-messages`` writes the
+template ``locale/helpers.pot`` from the code and the notebooks). A template the catalog lacks, or translates
+as empty or fuzzy, prints in English. Numbers are formatted by the template's own format specs, so every
+edition groups digits as the English one does (1,234,567), never as the Indian locale (12,34,567).
 """
 from __future__ import annotations
 
+import functools
+import os
 import string
+from pathlib import Path
+
+EDITION_ENV = "MIC_EDITION"
+EDITIONS = ("en", "hi", "ur")
+LOCALE = Path(__file__).resolve().parents[3] / "locale"       # the repository's locale/ folder
 
 
 def fields_of(template: str) -> set[str]:
@@ -29,11 +43,49 @@ def fields_of(template: str) -> set[str]:
     return names
 
 
+def edition() -> str:
+    """The edition this kernel prints: ``MIC_EDITION``, else the notebook's folder (``notebooks/hi``), else en."""
+    chosen = os.environ.get(EDITION_ENV, "").strip().lower()
+    if chosen:
+        if chosen not in EDITIONS:
+            raise ValueError(f"{EDITION_ENV} must be one of {', '.join(EDITIONS)}; got {chosen!r}.")
+        return chosen
+    here = Path.cwd().name
+    return here if here in EDITIONS else "en"
+
+
+@functools.lru_cache(maxsize=None)
+def catalog(name: str) -> dict[str, str]:
+    """{English template: translated template} of an edition's catalog: complete, non-fuzzy entries only."""
+    path = LOCALE / name / "LC_MESSAGES" / "helpers.po"
+    if name == "en" or not path.exists():
+        return {}
+    from babel.messages.pofile import read_po      # here, not at the top: the English edition never needs it
+
+    with path.open("rb") as f:
+        po = read_po(f, locale=name)
+    return {m.id: m.string for m in po if m.id and m.string and not m.fuzzy}
+
+
+def translated(template: str, name: str | None = None) -> str:
+    """``template`` as edition ``name`` (default: this kernel's) writes it; the English one where it has none.
+
+    A translation must use exactly the template's fields: one that drops or invents a field is refused in one
+    sentence, since it would print a wrong number or fail only when that sentence is reached.
+    """
+    out = catalog(name or edition()).get(template, template)
+    if out is not template and fields_of(out) != fields_of(template):
+        raise ValueError(f"The {name or edition()} translation of {template!r} uses the fields "
+                         f"{sorted(fields_of(out))}, not {sorted(fields_of(template))}.")
+    return out
+
+
 def message(template: str, **fields) -> str:
     """The sentence ``template`` says with these ``fields``: the one place a printed sentence is formatted.
 
-    A field the template uses but that is not given, or one given but unused, is refused in one
-    sentence: both are the typo a translation must not inherit.
+    The template is looked up in the edition's catalog first (:func:`translated`). A field the template uses
+    but that is not given, or one given but unused, is refused in one sentence: both are the typo a
+    translation must not inherit.
     """
     if not isinstance(template, str):
         raise TypeError(f"A message template is a string, got {type(template).__name__}.")
@@ -42,4 +94,4 @@ def message(template: str, **fields) -> str:
     if missing or unused:
         raise ValueError(f"The template {template!r} uses the fields {sorted(wanted)}; "
                          f"missing {sorted(missing)}, unused {sorted(unused)}.")
-    return template.format(**fields)
+    return translated(template).format(**fields)

@@ -1,0 +1,87 @@
+"""Message catalogs for the editions: what is extracted, how a template is looked up, and what is refused."""
+from __future__ import annotations
+
+import importlib.machinery
+import importlib.util
+from pathlib import Path
+
+import pytest
+from babel.messages.catalog import Catalog
+from babel.messages.pofile import write_po
+
+from helpers.infra import messages
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def extractor():
+    loader = importlib.machinery.SourceFileLoader("extract_messages", str(ROOT / "scripts" / "extract-messages"))
+    spec = importlib.util.spec_from_loader("extract_messages", loader)
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+def test_extraction_finds_every_kind_of_template():
+    ids = {m.id for m in extractor().extract() if m.id}
+    assert "✔ Exercise {id}: right." in ids                                         # infra, through message()
+    assert "Count the keys *and* the values: each layer stores two vectors per KV head." in ids   # a Mistake
+    assert ("on our model too, the same resident tokens cost the same bytes however they are split"
+            in ids)                                                                 # a claim in notebook 03
+    assert "Cache of the chapter's model (fp16): users x tokens per user" in ids    # a figure title
+    assert "tokens per user" in ids                                                  # its axis label
+
+
+def test_templates_reads_claims_and_measure_checked_tuples():
+    source = ('claim(r < 2, "decode is flat", "{r:.2f}x", r=r)\n'
+              'def checks(t):\n    return {"a": (t < 1, "it is quick", "{t:.1f} s", dict(t=t))}\n'
+              'say(f"{x}")\n')
+    assert [t for _, t in extractor().templates(source)] == ["decode is flat", "{r:.2f}x", "it is quick",
+                                                               "{t:.1f} s"]
+
+
+@pytest.fixture
+def hindi(tmp_path, monkeypatch):
+    po = Catalog(locale="hi")
+    po.add("{n:,} tokens in {s:.1f} s", "{s:.1f} s में {n:,} tokens")
+    po.add("a fuzzy one", "धुंधला", flags=["fuzzy"])
+    po.add("an empty one", "")
+    po.add("{n} layers", "{count} layers")
+    path = tmp_path / "locale" / "hi" / "LC_MESSAGES" / "helpers.po"
+    path.parent.mkdir(parents=True)
+    with path.open("wb") as f:
+        write_po(f, po)
+    monkeypatch.setattr(messages, "LOCALE", tmp_path / "locale")
+    messages.catalog.cache_clear()
+    monkeypatch.setenv(messages.EDITION_ENV, "hi")
+    yield
+    messages.catalog.cache_clear()
+
+
+def test_an_edition_prints_its_translation_with_the_same_numbers(hindi):
+    assert messages.message("{n:,} tokens in {s:.1f} s", n=1234567, s=2.25) == "2.2 s में 1,234,567 tokens"
+
+
+def test_missing_fuzzy_or_empty_translations_print_in_english(hindi):
+    assert messages.message("a fuzzy one") == "a fuzzy one"
+    assert messages.message("an empty one") == "an empty one"
+    assert messages.message("not in the catalog {x}", x=1) == "not in the catalog 1"
+
+
+def test_a_translation_with_other_fields_is_refused_in_one_sentence(hindi):
+    with pytest.raises(ValueError, match=r"hi translation of '\{n\} layers' uses the fields \['count'\]"):
+        messages.message("{n} layers", n=3)
+
+
+def test_the_edition_comes_from_the_setting_then_the_folder(tmp_path, monkeypatch):
+    monkeypatch.delenv(messages.EDITION_ENV, raising=False)
+    (tmp_path / "hi").mkdir()
+    monkeypatch.chdir(tmp_path / "hi")
+    assert messages.edition() == "hi"
+    monkeypatch.chdir(tmp_path)
+    assert messages.edition() == "en"
+    monkeypatch.setenv(messages.EDITION_ENV, "ur")
+    assert messages.edition() == "ur"
+    monkeypatch.setenv(messages.EDITION_ENV, "fr")
+    with pytest.raises(ValueError, match="MIC_EDITION must be one of en, hi, ur"):
+        messages.edition()
