@@ -85,3 +85,12 @@ def test_the_edition_comes_from_the_setting_then_the_folder(tmp_path, monkeypatc
     monkeypatch.setenv(messages.EDITION_ENV, "fr")
     with pytest.raises(ValueError, match="MIC_EDITION must be one of en, hi, ur"):
         messages.edition()
+
+
+def test_templates_an_edition_lacks_are_recorded_when_asked(hindi, tmp_path, monkeypatch):
+    record = tmp_path / "missing.txt"
+    monkeypatch.setenv(messages.MISSING_ENV, str(record))
+    messages.message("{n:,} tokens in {s:.1f} s", n=1, s=1.0)       # translated: not recorded
+    messages.message("not in the catalog {x}", x=1)
+    messages.message("a fuzzy one")
+    assert record.read_text(encoding="utf8").splitlines() == ["not in the catalog {x}", "a fuzzy one"]

@@ -27,6 +27,7 @@ import string
 from pathlib import Path
 
 EDITION_ENV = "MIC_EDITION"
+MISSING_ENV = "MIC_MISSING_MESSAGES"     # a file: each template an edition printed without a translation, a line each
 EDITIONS = ("en", "hi", "ur")
 LOCALE = Path(__file__).resolve().parents[3] / "locale"       # the repository's locale/ folder
 
@@ -73,9 +74,13 @@ def translated(template: str, name: str | None = None) -> str:
     A translation must use exactly the template's fields: one that drops or invents a field is refused in one
     sentence, since it would print a wrong number or fail only when that sentence is reached.
     """
-    out = catalog(name or edition()).get(template, template)
+    name = name or edition()
+    out = catalog(name).get(template, template)
+    if out is template and name != "en" and template.strip() and os.environ.get(MISSING_ENV):
+        with open(os.environ[MISSING_ENV], "a", encoding="utf8") as f:     # for the catalog's completeness test
+            f.write(template.replace("\n", "\\n") + "\n")
     if out is not template and fields_of(out) != fields_of(template):
-        raise ValueError(f"The {name or edition()} translation of {template!r} uses the fields "
+        raise ValueError(f"The {name} translation of {template!r} uses the fields "
                          f"{sorted(fields_of(out))}, not {sorted(fields_of(template))}.")
     return out
 
