@@ -34,7 +34,7 @@ def strip_unscripted(text: str) -> str:
     text = re.sub(r"```.*?```", lambda m: "\n".join(l for l in m.group(0).split("\n")[1:-1]
                                                     if not l.startswith(":")) if m.group(0).startswith(
         ("```{exercise}", "```{solution-start}")) else "", text, flags=re.S)
-    text = re.sub(r"\$\$.*?\$\$|\$[^$\n]+\$", " ", text, flags=re.S)
+    text = re.sub(r"\$\$.*?\$\$|\$[^$]+\$", " ", text, flags=re.S)     # inline math may wrap a line
     text = re.sub(r"\{\w+\}`[^`]*`|`[^`]*`", " ", text)
     text = re.sub(r"\]\([^)]*\)", "]", text)
     text = re.sub(r"<[^>]+>", " ", text)
