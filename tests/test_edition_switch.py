@@ -1,0 +1,23 @@
+"""The language switch links each page to the same page in the other edition."""
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "book" / "_ext"))
+from mic_editions import site_root, switch_html  # noqa: E402
+
+
+def test_an_english_page_links_its_hindi_twin():
+    out = switch_html("notebooks/03-cache-size", "en", "../")
+    assert 'href="../hi/notebooks/03-cache-size.html" lang="hi"' in out
+    assert '<span class="mic-edition-current" lang="en">English</span>' in out
+
+
+def test_a_hindi_page_links_its_english_twin():
+    out = switch_html("notebooks/03-cache-size", "hi", "../")
+    assert 'href="../../notebooks/03-cache-size.html" lang="en"' in out
+    assert 'lang="hi">हिंदी</span>' in out
+
+
+def test_the_root_comes_from_sphinx_pathto():
+    assert site_root(lambda name: "../index.html") == "../"
+    assert site_root(lambda name: "index.html") == ""
