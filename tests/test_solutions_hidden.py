@@ -19,6 +19,7 @@ import jupytext
 import nbformat
 import pytest
 import snowballstemmer
+from mic_tools.exercises import is_solution
 
 from test_book_browser import SITE, needs_site, serve
 
@@ -26,10 +27,6 @@ ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]-*.md"))
 EXECUTED = SITE.parent / "jupyter_execute"
 WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]{5,}")
-
-
-def is_solution(cell) -> bool:
-    return "solution" in cell.metadata.get("tags", [])
 
 
 def solution_only_words() -> dict[str, set[str]]:
