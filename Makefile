@@ -7,6 +7,10 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9]*.md))
+# The editions (issue 28): notebooks/<code>/ holds each one's notebooks, book/<code>/ its pages, locale/<code>/ its
+# catalogs. `make book` builds the English site and, in its <code>/ folder, each edition's.
+EDITIONS := hi
+SOLUTIONS_FLAG = $(if $(filter no,$(SOLUTIONS)),--no-solutions)
 
 .PHONY: install book test nbval unit browser lab serve clean system-deps bench present book-incremental exercises
 
@@ -28,10 +32,13 @@ install: $(STAMP)
 # every warning and each failed notebook's exception (a failed claim with its numbers): CI shows only the end.
 # A course that grades the exercises publishes the site without solutions: make book SOLUTIONS=no (the solution
 # cells are removed before the build, so no page, search index or downloadable source holds them).
+# Each edition's site executes its own notebooks, so that their printed sentences are in its language;
+# EDITION_ENV can point those kernels elsewhere (make test runs them on the tiny second architecture).
 book: install
 	rm -rf book/_build
-	$(PY) scripts/build-book book $(if $(filter no,$(SOLUTIONS)),--no-solutions)
-	@echo "Open book/_build/html/index.html (or: make serve)"
+	$(PY) scripts/build-book book $(SOLUTIONS_FLAG)
+	$(foreach ed,$(EDITIONS),$(EDITION_ENV) $(PY) scripts/build-book book --edition $(ed) $(SOLUTIONS_FLAG) &&) true
+	@echo "Open book/_build/html/index.html (or: make serve); the Hindi edition is book/_build/html/hi/"
 
 # Instructors: student copies of the notebooks, without solutions or outputs, in build/exercises/.
 exercises: $(STAMP)
@@ -47,8 +54,11 @@ exercises: $(STAMP)
 # rest on the other): a browser or a kernel starting leaves a core idle most of the time. No test here asserts a
 # timing claim on the default model (the book build, alone, does), and OpenMP threads that wait sleep instead of
 # spinning (OMP_WAIT_POLICY=PASSIVE), so the two workers share the cores instead of fighting over them.
+# The editions' sites are built on the second architecture, their claims reported (the English build asserts
+# them on the default model), and every template they printed must be in their catalogs (build/missing-<ed>.txt).
 test: install system-deps
-	$(MAKE) book
+	$(PY) tests/second_model.py build/second-model
+	$(MAKE) book EDITION_ENV="MIC_MODEL=$(CURDIR)/build/second-model MIC_CLAIMS=report"
 	OMP_WAIT_POLICY=PASSIVE $(PY) -m pytest tests -n 2 --dist loadfile -v --durations=15
 
 nbval: $(STAMP)
@@ -67,16 +77,18 @@ system-deps:
 # Students: (re)generate the .ipynb of every .md that is newer (jupytext.toml pairs them: saving writes both)
 # and open JupyterLab.
 lab: $(STAMP)
-	$(PY) scripts/lab-notebooks notebooks
+	$(foreach folder,notebooks $(addprefix notebooks/,$(EDITIONS)),$(PY) scripts/lab-notebooks $(folder) &&) true
 	$(VENV)/bin/jupyter lab notebooks/
 
 # Instructors: present one notebook to a room with Voila: outputs and live controls, large, no code.
-#   make present NB=02   (or no NB: a list of the notebooks to pick from)
+#   make present NB=02         (or no NB: a list of the notebooks to pick from)
+#   make present NB=02 ED=hi   the Hindi edition's notebook (its kernel prints Hindi)
 # Claims are reported, not asserted (MIC_CLAIMS=report): Voila stops at a cell's error, so one noisy timing
 # in front of a room would otherwise leave the rest of the page empty. The book build asserts them.
+PRESENT_DIR = notebooks$(if $(ED),/$(ED))
 present: $(STAMP)
-	$(PY) scripts/lab-notebooks notebooks
-	MIC_CLAIMS=report JUPYTER_PATH=$(CURDIR)/instructor JUPYTER_CONFIG_PATH=$(CURDIR)/instructor $(VENV)/bin/voila $(if $(NB),$$(ls notebooks/$(NB)*.ipynb | head -1),notebooks/) \
+	$(PY) scripts/lab-notebooks $(PRESENT_DIR)
+	MIC_EDITION=$(or $(ED),en) MIC_CLAIMS=report JUPYTER_PATH=$(CURDIR)/instructor JUPYTER_CONFIG_PATH=$(CURDIR)/instructor $(VENV)/bin/voila $(if $(NB),$$(ls $(PRESENT_DIR)/$(NB)*.ipynb | head -1),$(PRESENT_DIR)/) \
 	  --template=room --show_tracebacks=True --Voila.ip=127.0.0.1
 
 # Course builders: rebuild the site re-executing only the notebooks whose code changed (jupyter-cache keeps

@@ -15,7 +15,9 @@ import pytest
 
 # MIC_BOOK_SITE checks a site built (or copied) elsewhere
 SITE = Path(os.environ.get("MIC_BOOK_SITE") or Path(__file__).resolve().parents[1] / "book" / "_build" / "html")
-PAGES = sorted(p.relative_to(SITE).as_posix() for p in (SITE / "notebooks").glob("*.html")) if SITE.exists() else []
+# the English site's chapter pages, and each edition's (book/_build/html/hi/notebooks/...): every check runs on both
+SITES = [SITE, *sorted(d for d in SITE.iterdir() if (d / "notebooks").is_dir())] if SITE.exists() else []
+PAGES = sorted(p.relative_to(SITE).as_posix() for site in SITES for p in (site / "notebooks").glob("*.html"))
 
 needs_site = pytest.mark.skipif(not SITE.exists(), reason="build the book first: make book")
 

@@ -21,3 +21,10 @@ def test_a_hindi_page_links_its_english_twin():
 def test_the_root_comes_from_sphinx_pathto():
     assert site_root(lambda name: "../index.html") == "../"
     assert site_root(lambda name: "index.html") == ""
+
+
+def test_the_hindi_search_keeps_a_word_whole():
+    from mic_editions import SearchHindi
+    search = SearchHindi({})
+    assert search.split("cache का हिसाब, यह हिंदी। tokens") == ["cache", "का", "हिसाब", "यह", "हिंदी", "tokens"]
+    assert [search.stem(w) for w in ("हिसाब", "tokens")] == ["हिसाब", "token"]     # Hindi passes unchanged

@@ -94,3 +94,41 @@ def test_templates_an_edition_lacks_are_recorded_when_asked(hindi, tmp_path, mon
     messages.message("not in the catalog {x}", x=1)
     messages.message("a fuzzy one")
     assert record.read_text(encoding="utf8").splitlines() == ["not in the catalog {x}", "a fuzzy one"]
+
+
+BUILT = sorted((ROOT / "build").glob("missing-*.txt"))
+
+
+@pytest.mark.skipif(not BUILT, reason="written by an edition's site build (make book, make test)")
+@pytest.mark.parametrize("record", BUILT, ids=[p.stem for p in BUILT])
+def test_every_template_an_edition_printed_is_in_its_catalog(record):
+    """The edition's build ran every notebook with MIC_MISSING_MESSAGES: nothing printed in English on the way."""
+    missing = sorted(set(record.read_text(encoding="utf8").splitlines()))
+    assert not missing, f"{record.stem}: {len(missing)} templates printed untranslated, e.g. {missing[:3]}"
+
+
+CATALOGS = sorted((ROOT / "locale").glob("*/LC_MESSAGES/helpers.po"))
+
+
+@pytest.mark.parametrize("path", CATALOGS, ids=[p.parts[-3] for p in CATALOGS])
+def test_each_catalog_translates_every_extracted_template_with_its_fields(path):
+    from babel.messages.pofile import read_po
+
+    with path.open("rb") as f:
+        po = {m.id: m for m in read_po(f) if m.id}
+    wanted = [m.id for m in extractor().extract() if m.id]
+    absent = [t for t in wanted if t not in po]
+    assert not absent, f"{len(absent)} templates not in the catalog (scripts/extract-messages --update), e.g. {absent[:3]}"
+    empty = [t for t in wanted if not po[t].string or po[t].fuzzy]
+    assert not empty, f"{len(empty)} templates empty or fuzzy, e.g. {empty[:3]}"
+    other = [t for t in wanted if messages.fields_of(po[t].string) != messages.fields_of(t)]
+    assert not other, f"{len(other)} translations with other fields, e.g. {other[:3]}"
+
+
+def test_the_site_interface_catalogs_translate_the_same_strings():
+    from babel.messages.pofile import read_po
+
+    ids = {p.parts[-3]: {m.id for m in read_po(p.open("rb")) if m.id and m.string}
+           for p in (ROOT / "locale").glob("*/LC_MESSAGES/theme.po")}
+    assert "hi" in ids and ids["hi"] >= {"Contents", "On this page", "Search this book...", "By"}
+    assert all(v == ids["hi"] for v in ids.values()), {k: sorted(ids["hi"] ^ v)[:5] for k, v in ids.items()}

@@ -29,6 +29,9 @@ from pathlib import Path
 EDITION_ENV = "MIC_EDITION"
 MISSING_ENV = "MIC_MISSING_MESSAGES"     # a file: each template an edition printed without a translation, a line each
 EDITIONS = ("en", "hi", "ur")
+# The font each edition's script is set in. The site serves it (book/_ext/mic_editions.py), so a reader's machine
+# needs no Indic font; figures name it first, so that their SVG text is shaped by the same font as the page.
+SCRIPT_FONTS = {"hi": "Noto Sans Devanagari", "ur": "Noto Nastaliq Urdu"}
 LOCALE = Path(__file__).resolve().parents[3] / "locale"       # the repository's locale/ folder
 
 
@@ -53,6 +56,12 @@ def edition() -> str:
         return chosen
     here = Path.cwd().name
     return here if here in EDITIONS else "en"
+
+
+def font_family(base: str, name: str | None = None) -> str:
+    """A CSS font stack for edition ``name`` (default: this kernel's): its script's font first, then ``base``."""
+    font = SCRIPT_FONTS.get(name or edition())
+    return f'"{font}", {base}' if font else base
 
 
 @functools.lru_cache(maxsize=None)

@@ -35,14 +35,14 @@ sys.modules.setdefault("rfc3987_syntax", None)
 import plotly.graph_objects as go  # noqa: E402  (after the line above, on purpose)
 import plotly.io as pio  # noqa: E402
 
-from .messages import fields_of, message  # noqa: E402
+from .messages import fields_of, font_family, message  # noqa: E402
 
 PALETTE = ["#1f5fa8", "#d1495b", "#2e933c", "#edae49", "#6c4f9e", "#00798c", "#8d6a4f", "#555555"]
 NAIVE, CACHED = PALETTE[1], PALETTE[0]   # the same colours mean the same thing in every notebook
 
 AXIS = dict(automargin=True, title=dict(standoff=12))
 pio.templates["mic"] = go.layout.Template(layout=go.Layout(
-    font=dict(family="Inter, Helvetica, Arial, sans-serif", size=14, color="#222"),
+    font=dict(family=font_family("Inter, Helvetica, Arial, sans-serif"), size=14, color="#222"),
     colorway=PALETTE,
     # indented from the page edge (where a normal plot starts; a plot with long category labels starts later,
     # and a title aligned with it would run off the right edge), wrapped by the renderer (see wrap_title),
