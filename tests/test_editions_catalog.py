@@ -32,6 +32,15 @@ def test_extraction_finds_every_kind_of_template():
     assert "tokens per user" in ids                                                  # its axis label
 
 
+def test_templates_held_in_names_and_axis_titles_are_found():
+    source = ('LATE = "it stopped" if r > 1 else "it falls"\n'
+              'CASES = {True: "met {x}", False: "not met {x}"}\n'
+              'OTHER = "never printed"\n'
+              'say(LATE)\nsay(CASES[ok], x=1)\nfig = figure("a title", "x label", "y label")\n')
+    assert sorted(t for _, t in extractor().templates(source)) == sorted(
+        ["it stopped", "it falls", "met {x}", "not met {x}", "a title", "x label", "y label"])
+
+
 def test_templates_reads_claims_and_measure_checked_tuples():
     source = ('claim(r < 2, "decode is flat", "{r:.2f}x", r=r)\n'
               'def checks(t):\n    return {"a": (t < 1, "it is quick", "{t:.1f} s", dict(t=t))}\n'
@@ -52,10 +61,10 @@ def hindi(tmp_path, monkeypatch):
     with path.open("wb") as f:
         write_po(f, po)
     monkeypatch.setattr(messages, "LOCALE", tmp_path / "locale")
-    messages.catalog.cache_clear()
+    messages.catalog.cache_clear(), messages._translations.cache_clear()
     monkeypatch.setenv(messages.EDITION_ENV, "hi")
     yield
-    messages.catalog.cache_clear()
+    messages.catalog.cache_clear(), messages._translations.cache_clear()
 
 
 def test_an_edition_prints_its_translation_with_the_same_numbers(hindi):
@@ -93,6 +102,7 @@ def test_templates_an_edition_lacks_are_recorded_when_asked(hindi, tmp_path, mon
     messages.message("{n:,} tokens in {s:.1f} s", n=1, s=1.0)       # translated: not recorded
     messages.message("not in the catalog {x}", x=1)
     messages.message("a fuzzy one")
+    messages.message("{s:.1f} s में {n:,} tokens", n=1, s=1.0)    # already a translation: not missing either
     assert record.read_text(encoding="utf8").splitlines() == ["not in the catalog {x}", "a fuzzy one"]
 
 

@@ -77,6 +77,11 @@ def catalog(name: str) -> dict[str, str]:
     return {m.id: m.string for m in po if m.id and m.string and not m.fuzzy}
 
 
+@functools.lru_cache(maxsize=None)
+def _translations(name: str) -> frozenset[str]:
+    return frozenset(catalog(name).values())
+
+
 def translated(template: str, name: str | None = None) -> str:
     """``template`` as edition ``name`` (default: this kernel's) writes it; the English one where it has none.
 
@@ -85,7 +90,8 @@ def translated(template: str, name: str | None = None) -> str:
     """
     name = name or edition()
     out = catalog(name).get(template, template)
-    if out is template and name != "en" and template.strip() and os.environ.get(MISSING_ENV):
+    if (out is template and name != "en" and template.strip() and os.environ.get(MISSING_ENV)
+            and template not in _translations(name)):           # a label translated once already is not missing
         with open(os.environ[MISSING_ENV], "a", encoding="utf8") as f:     # for the catalog's completeness test
             f.write(template.replace("\n", "\\n") + "\n")
     if out is not template and fields_of(out) != fields_of(template):
