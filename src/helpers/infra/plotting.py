@@ -254,20 +254,22 @@ def figure(title: str = "", x: str = "", y: str = "", fields: Mapping[str, objec
 
 def slider_figure(values: Sequence, make_traces: Callable[[object], Iterable[go.BaseTraceType]],
                   label: str, title: str | Callable[[object], str] = "", x: str = "", y: str = "",
-                  active: int = 0, fmt: Callable[[object], str] = str, **layout) -> go.Figure:
+                  active: int = 0, fmt: Callable[[object], str] = str, fields: Mapping[str, object] | None = None,
+                  **layout) -> go.Figure:
     """A figure with a slider over precomputed ``values``; works on a page with no kernel.
 
     ``make_traces(v)`` returns the traces to show for value ``v``. Every value's
     traces are built up front; the slider toggles which are visible (and the
     title, if ``title`` is a function of the value, which returns a :func:`message`).
-    ``x`` and ``y`` are templates without fields.
+    ``x`` and ``y`` are templates, filled from ``fields`` as in :func:`figure`; ``label``, the slider's name, is
+    a template without fields.
     """
     values = list(values)
     if not values:
         raise ValueError("slider_figure needs at least one value to slide over.")
     if not 0 <= active < len(values):
         raise ValueError(f"active must index one of the {len(values)} values, got {active}.")
-    fig = figure("", x, y, **layout)
+    fig = figure("", x, y, fields=fields, **layout)
     groups = []
     for v in values:
         traces = list(make_traces(v))
@@ -306,4 +308,4 @@ def slider(steps: list, label: str, active: int = 0) -> dict:
     crowded = len(steps) > 12
     return dict(active=active, steps=steps, x=0, len=1, y=1.0, yanchor="bottom", pad=dict(t=0, b=12),
                 font=dict(color="rgba(0,0,0,0)") if crowded else dict(size=12),
-                currentvalue=dict(prefix=f"{label}: ", font=dict(size=14, color="#222")))
+                currentvalue=dict(prefix=message("{label}: ", label=message(label)), font=dict(size=14, color="#222")))
