@@ -287,6 +287,8 @@ class Control:
 
     def build(self):
         kwargs = dict(self.kwargs)
+        if kwargs.get("description"):                 # a label is a template too: an edition shows its own
+            kwargs["description"] = message(kwargs["description"])
         if self.kind in ("Dropdown", "Select") and "layout" not in kwargs:   # long labels are never cut
             kwargs["layout"] = {"width": fitting_width(kwargs.get("options", ()), kwargs.get("description", "")),
                                 "max_width": "100%"}
