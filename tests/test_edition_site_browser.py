@@ -48,14 +48,15 @@ def test_english_pages_link_their_hindi_twins(server, browser):
 
 
 def used_fonts(page, selector: str) -> set[str]:
-    """The fonts Chromium actually drew an element's text with (DevTools' "Rendered fonts")."""
+    """The web fonts (the site's @font-face, not the machine's) Chromium drew an element's text with (DevTools'
+    "Rendered fonts")."""
     cdp = page.context.new_cdp_session(page)
     cdp.send("DOM.enable"), cdp.send("CSS.enable")
     root = cdp.send("DOM.getDocument", {"depth": -1, "pierce": True})["root"]["nodeId"]
     node = cdp.send("DOM.querySelector", {"nodeId": root, "selector": selector})["nodeId"]
     assert node, f"nothing matches {selector}"
     fonts = cdp.send("CSS.getPlatformFontsForNode", {"nodeId": node})["fonts"]
-    return {f["familyName"] for f in fonts if f["glyphCount"] > 0}
+    return {f["familyName"] for f in fonts if f["glyphCount"] > 0 and f["isCustomFont"]}
 
 
 @needs_hindi_site

@@ -142,3 +142,20 @@ def test_the_site_interface_catalogs_translate_the_same_strings():
            for p in (ROOT / "locale").glob("*/LC_MESSAGES/theme.po")}
     assert "hi" in ids and ids["hi"] >= {"Contents", "On this page", "Search this book...", "By"}
     assert all(v == ids["hi"] for v in ids.values()), {k: sorted(ids["hi"] ^ v)[:5] for k, v in ids.items()}
+
+
+def test_labels_written_straight_into_a_figure_are_looked_up(hindi):
+    from helpers.infra import plotting
+    po = Catalog(locale="hi")
+    po.add("cached", "cached (हिंदी)")
+    po.add("speed-up", "तेज़ी")
+    po.add("{n} layers", "{n} layers (हिंदी)")
+    with (messages.LOCALE / "hi" / "LC_MESSAGES" / "helpers.po").open("wb") as f:
+        write_po(f, po)
+    messages.catalog.cache_clear()
+    fig = {"data": [{"name": "cached"}, {"name": "3 layers"}],
+           "layout": {"yaxis2": {"title": {"text": "speed-up"}}, "annotations": [{"text": "cached"}]}}
+    plotting.edition_labels(fig)
+    assert [t["name"] for t in fig["data"]] == ["cached (हिंदी)", "3 layers"]     # a formatted label stays
+    assert fig["layout"]["yaxis2"]["title"]["text"] == "तेज़ी"
+    assert fig["layout"]["annotations"][0]["text"] == "cached (हिंदी)"

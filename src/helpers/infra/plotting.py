@@ -35,7 +35,7 @@ sys.modules.setdefault("rfc3987_syntax", None)
 import plotly.graph_objects as go  # noqa: E402  (after the line above, on purpose)
 import plotly.io as pio  # noqa: E402
 
-from .messages import fields_of, font_family, message  # noqa: E402
+from .messages import catalog, edition, fields_of, font_family, message  # noqa: E402
 
 PALETTE = ["#1f5fa8", "#d1495b", "#2e933c", "#edae49", "#6c4f9e", "#00798c", "#8d6a4f", "#555555"]
 NAIVE, CACHED = PALETTE[1], PALETTE[0]   # the same colours mean the same thing in every notebook
@@ -136,6 +136,28 @@ def _wrap_step_titles(layout: dict) -> None:
                     arg["title"] = wrap_title(arg["title"])
 
 
+def edition_labels(fig_dict: dict) -> None:
+    """Labels written straight into a trace or the layout, in the edition's words.
+
+    :func:`figure` looks its title and axis titles up itself; a trace's ``name="cached"``, a subplot's title or
+    ``yaxis2=dict(title="speed-up")`` reach plotly as plain strings, so they are looked up here, as the same
+    templates (without fields) that ``scripts/extract-messages`` collects. A label already formatted from a
+    template with fields (``message(...)``) is not in the catalog and stays as it is.
+    """
+    words = catalog(edition())
+    if not words:
+        return
+    layout = fig_dict.get("layout", {})
+    for trace in fig_dict.get("data", []):
+        if isinstance(trace.get("name"), str):
+            trace["name"] = words.get(trace["name"], trace["name"])
+    axes = [v for k, v in layout.items() if k.startswith(("xaxis", "yaxis")) and isinstance(v, dict)]
+    titled = [a.get("title") for a in axes] + [a for a in layout.get("annotations", []) or []]
+    for item in titled:
+        if isinstance(item, dict) and isinstance(item.get("text"), str):
+            item["text"] = words.get(item["text"], item["text"])
+
+
 def tidy(fig_dict: dict) -> dict:
     """The chapter's layout rules, applied to every figure as it is rendered (live and static).
 
@@ -143,6 +165,7 @@ def tidy(fig_dict: dict) -> dict:
     colour-bar titles sit beside the bar rather than on its top tick; log axes get round ticks.
     """
     layout = fig_dict.setdefault("layout", {})
+    edition_labels(fig_dict)
     title = layout.get("title")
     if isinstance(title, str):
         title = layout["title"] = {"text": title}
