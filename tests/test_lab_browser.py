@@ -473,16 +473,19 @@ INSTRUCTOR = ROOT / "instructor"   # voila/templates/room: Voila's lab template,
 PRESENTED = [n for n in NOTEBOOKS if "stream_box" in (ROOT / "notebooks" / f"{n}.md").read_text()] or NOTEBOOKS[:1]
 
 
-@pytest.fixture(scope="module")
-def voila(workdir):
-    """`make present` for one notebook: Voila with the room template on a free 127.0.0.1 port."""
+@pytest.fixture(scope="module", params=[PRESENTED[0], f"hi/{PRESENTED[0]}"])
+def voila(workdir, request):
+    """`make present` for one notebook (`make present NB=02 ED=hi` for the Hindi one): Voila with the room
+    template on a free 127.0.0.1 port. Returns (url, notebook)."""
     port = free_port()
-    env = dict(kernel_env(), JUPYTER_PATH=str(INSTRUCTOR), JUPYTER_CONFIG_PATH=str(INSTRUCTOR), **PRESENT_ENV)
-    proc = subprocess.Popen([PY, "-m", "voila", f"{PRESENTED[0]}.ipynb", *VOILA_ARGS, f"--port={port}"],
+    edition = request.param.split("/")[0] if "/" in request.param else "en"
+    env = dict(kernel_env(), JUPYTER_PATH=str(INSTRUCTOR), JUPYTER_CONFIG_PATH=str(INSTRUCTOR), MIC_EDITION=edition,
+               **PRESENT_ENV)
+    proc = subprocess.Popen([PY, "-m", "voila", f"{request.param}.ipynb", *VOILA_ARGS, f"--port={port}"],
                             cwd=workdir, env=env)
     url = f"http://127.0.0.1:{port}"
     wait_for_http(f"{url}/voila/static/voila.js", proc, "Voila")      # a static file: does not start a kernel
-    yield url
+    yield url, request.param
     stop(proc)
 
 
@@ -520,7 +523,7 @@ def open_instructor_view(browser, url: str, name: str, console: list, outside: l
 
 
 def test_instructor_view_shows_outputs_and_controls_large_without_code_and_streams(browser, voila):
-    name = PRESENTED[0]
+    voila, name = voila
     t0 = time.monotonic()
     outside, console = [], []
     page, ok = open_instructor_view(browser, voila, name, console, outside, t0)
@@ -574,6 +577,12 @@ def test_instructor_view_shows_outputs_and_controls_large_without_code_and_strea
                         f"{page.evaluate('window.__micStream.length')} entries in all, since {since:.0f} ms; "
                         f"{page.locator('.mic-stream').count()} stream boxes)")
         report.append(f"instructor view ({name}): {done}; the reply streamed token by token")
+    if name.startswith("hi/"):                        # the Hindi notebook: Hindi text, in the font the view serves
+        said = page.locator(".jp-RenderedMarkdown").nth(1).inner_text()
+        assert re.search(r"[\u0900-\u097F]", said), f"the Hindi instructor view shows {said[:120]!r}"
+        fonts = page.evaluate("""() => document.fonts.ready.then(() => Array.from(document.fonts)
+            .filter(f => f.family.replace(/"/g, '') === 'Noto Sans Devanagari').map(f => f.status))""")
+        assert "loaded" in fonts, f"the instructor view's Devanagari font: {fonts}"
     assert not outside, f"the instructor view asks the internet for {outside[:3]}"
     errors = [c for c in console if " error: " in c]
     assert not errors, f"the instructor view's browser console shows errors: {errors[:3]}"

@@ -14,13 +14,12 @@ from pathlib import Path
 from sphinx.search.en import SearchEnglish
 
 from helpers.infra.messages import LOCALE, SCRIPT_FONTS
+from mic_tools.editions import FONT_PACKAGES, font_file
 
 EDITIONS = {"en": "English", "hi": "हिंदी"}          # code: the edition's name in its own language; Urdu joins here
 FONT_CSS = "mic-editions.css"
-# Where each script's font comes from (SCRIPT_FONTS names its family). Every site serves the fonts of all
-# editions, not only its own: the switch names each edition in its own script, and nothing is fetched from the
-# internet, so a machine without Indic fonts still shapes every word.
-FONT_PACKAGES = {"hi": "fontpkg_noto_sans_devanagari"}
+# Every site serves the fonts of all editions (mic_tools.editions.FONT_PACKAGES), not only its own: the switch
+# names each edition in its own script.
 
 class SearchHindi(SearchEnglish):
     """Search for the Hindi site: a Devanagari word is kept whole, English words are stemmed as on the English site.
@@ -96,15 +95,6 @@ def _add_switch(app, pagename, templatename, context, doctree):
                                   site_root(context["pathto"])) + context["body"]
 
 
-def _font_file(package: str) -> Path:
-    import importlib
-
-    files = sorted((Path(importlib.import_module(package).__file__).parent / "files").glob("*.ttf"))
-    if not files:
-        raise FileNotFoundError(f"The font package {package} holds no .ttf file.")
-    return files[0]
-
-
 def _write_font_css(app, exception):
     """Copy the editions' fonts into the site and write the stylesheet that uses them (and styles the switch)."""
     if exception is not None or app.builder.format != "html":
@@ -113,9 +103,9 @@ def _write_font_css(app, exception):
     (static / "fonts").mkdir(parents=True, exist_ok=True)
     css = [".mic-editions { font-size: 0.9em; margin-bottom: 1em; text-align: end; }",
            ".mic-edition-current { font-weight: 600; }"]
-    for code, package in FONT_PACKAGES.items():
+    for code in FONT_PACKAGES:
         family = SCRIPT_FONTS[code]
-        shutil.copyfile(_font_file(package), static / "fonts" / f"{code}.ttf")
+        shutil.copyfile(font_file(code), static / "fonts" / f"{code}.ttf")
         css += [f'@font-face {{ font-family: "{family}"; src: url("fonts/{code}.ttf") format("truetype"); '
                 f"font-weight: 100 900; font-display: swap; }}",
                 f'.mic-editions [lang="{code}"] {{ font-family: "{family}", sans-serif; }}']

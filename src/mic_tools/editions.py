@@ -19,6 +19,22 @@ import yaml
 
 from mic_tools.exercises import without_solutions
 
+# Where each edition's script font comes from (helpers.infra.messages.SCRIPT_FONTS names its family): the site
+# (book/_ext/mic_editions.py) and the instructor view (instructor/voila.py) serve it themselves, so nothing is
+# fetched from the internet and a machine without Indic fonts still shapes every word.
+FONT_PACKAGES = {"hi": "fontpkg_noto_sans_devanagari"}
+
+
+def font_file(edition: str) -> Path:
+    """The font file of an edition's script, from the package that ships it."""
+    import importlib
+
+    package = FONT_PACKAGES[edition]
+    files = sorted((Path(importlib.import_module(package).__file__).parent / "files").glob("*.ttf"))
+    if not files:
+        raise FileNotFoundError(f"The font package {package} holds no .ttf file.")
+    return files[0]
+
 
 def merged(base: dict, over: dict) -> dict:
     """``over`` merged into ``base``, dictionaries key by key."""
