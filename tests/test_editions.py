@@ -3,14 +3,14 @@ script, the glossary followed. (The Hindi edition; Urdu joins with its folder.)"
 from __future__ import annotations
 
 import functools
-import importlib.machinery
-import importlib.util
 import re
 from pathlib import Path
 
 import jupytext
 import pytest
 import yaml
+
+from script_module import load
 
 ROOT = Path(__file__).resolve().parents[1]
 ENGLISH = sorted((ROOT / "notebooks").glob("[0-9][0-9]-*.md"))
@@ -22,11 +22,7 @@ IDS = [f"{ed}/{p.stem}" for ed, p in PAIRS]
 
 
 def sync_module():
-    loader = importlib.machinery.SourceFileLoader("sync_editions", str(ROOT / "scripts" / "sync-editions"))
-    spec = importlib.util.spec_from_loader("sync_editions", loader)
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-    return module
+    return load("sync-editions")
 
 
 def strip_unscripted(text: str) -> str:

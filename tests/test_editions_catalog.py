@@ -1,8 +1,6 @@
 """Message catalogs for the editions: what is extracted, how a template is looked up, and what is refused."""
 from __future__ import annotations
 
-import importlib.machinery
-import importlib.util
 from pathlib import Path
 
 import pytest
@@ -10,16 +8,13 @@ from babel.messages.catalog import Catalog
 from babel.messages.pofile import write_po
 
 from helpers.infra import messages
+from script_module import load
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def extractor():
-    loader = importlib.machinery.SourceFileLoader("extract_messages", str(ROOT / "scripts" / "extract-messages"))
-    spec = importlib.util.spec_from_loader("extract_messages", loader)
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-    return module
+    return load("extract-messages")
 
 
 def test_extraction_finds_every_kind_of_template():
