@@ -74,6 +74,42 @@ def test_the_served_devanagari_font_is_loaded_and_used(server, browser):
     page.close()
 
 
+# Every call of Plotly.newPlot, with whether the edition's font was loaded at that moment.
+RECORD_DRAWS_JS = """(family) => {
+  window.__micDraws = [];
+  let plotly;
+  Object.defineProperty(window, "Plotly", {configurable: true, get: () => plotly, set: p => {
+    const newPlot = p.newPlot;
+    p.newPlot = function() {
+      window.__micDraws.push(document.fonts.check(`16px "${family}"`));
+      return newPlot.apply(this, arguments);
+    };
+    plotly = p;
+  }});
+}"""
+
+
+@needs_hindi_site
+def test_figures_are_drawn_once_the_font_is_loaded(server, browser):
+    """plotly.js measures a figure's text once, when it draws: drawn while the font is still on its way, a dropdown
+    is sized for a fallback font and its arrow then covers the label (seen in CI). Here the font arrives a second
+    after plotly.js: every figure waits for it."""
+    page = browser.new_page(viewport={"width": 1300, "height": 900})
+    page.add_init_script(f"({RECORD_DRAWS_JS})({FAMILY!r})")
+    held = []
+    page.route("**/_static/fonts/*", lambda route: held.append(route))
+    page.goto(f"{server}/hi/notebooks/03-cache-size.html", wait_until="domcontentloaded")
+    n = page.locator("div.mic-plotly").count()
+    page.wait_for_function("() => window.Plotly !== undefined", timeout=60_000)
+    page.wait_for_timeout(1000)
+    assert held, "the page never asked for its font"
+    for route in held:
+        route.continue_()
+    page.wait_for_function(f"() => window.__micDraws.length >= {n}", timeout=60_000)
+    assert page.evaluate("window.__micDraws") == [True] * n
+    page.close()
+
+
 @needs_hindi_site
 def test_no_request_leaves_the_machine(server, browser):
     for path in ("hi/index.html", "hi/notebooks/02-prefill-decode.html", "hi/search.html?q=cache"):

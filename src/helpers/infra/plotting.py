@@ -212,9 +212,29 @@ _LOADER = """<div id="{id}" class="mic-plotly" style="width:100%;height:{height}
     gd.__micRedraws = (gd.__micRedraws || 0) + 1;
     if (gd.__micRedraws <= 2) Plotly.redraw(gd);
   }};
+  // plotly.js measures text when it draws (a dropdown's width, a legend's, the margins) and never again: drawn
+  // while a web font the figure names is still loading, the text is measured in a fallback font and shown in the
+  // real one, wider or narrower. So draw once the faces the figure's text needs are loaded (3 s at most).
+  function fontsLoaded() {{
+    if (!document.fonts || !document.fonts.load) return Promise.resolve();
+    var families = {{}};
+    var text = JSON.stringify(spec, function(k, v) {{
+      if (k === "family" && typeof v === "string") families[v] = true;
+      return v;
+    }});
+    var loads = [];
+    Object.keys(families).forEach(function(family) {{
+      ["", "bold "].forEach(function(weight) {{
+        loads.push(document.fonts.load(weight + "16px " + family, text).catch(function() {{}}));
+      }});
+    }});
+    return Promise.race([Promise.all(loads), new Promise(function(done) {{ setTimeout(done, 3000); }})]);
+  }}
   function draw() {{
     var gd = document.getElementById("{id}");
-    Plotly.newPlot(gd, spec.data, spec.layout, {config}).then(function() {{
+    fontsLoaded().then(function() {{
+      return Plotly.newPlot(gd, spec.data, spec.layout, {config});
+    }}).then(function() {{
       gd.on("plotly_afterplot", function() {{ window.__micRealign(gd); }});
       window.__micRealign(gd);
     }});
