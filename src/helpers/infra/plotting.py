@@ -217,18 +217,13 @@ _LOADER = """<div id="{id}" class="mic-plotly" style="width:100%;height:{height}
   // real one, wider or narrower. So draw once the faces the figure's text needs are loaded (3 s at most).
   function fontsLoaded() {{
     if (!document.fonts || !document.fonts.load) return Promise.resolve();
-    var families = {{}};
-    var text = JSON.stringify(spec, function(k, v) {{
-      if (k === "family" && typeof v === "string") families[v] = true;
-      return v;
-    }});
-    var loads = [];
+    var families = {{}}, loads = [];
+    var text = JSON.stringify(spec, function(k, v) {{ if (k === "family") families[v] = 1; return v; }});
     Object.keys(families).forEach(function(family) {{
-      ["", "bold "].forEach(function(weight) {{
-        loads.push(document.fonts.load(weight + "16px " + family, text).catch(function() {{}}));
-      }});
+      loads.push(document.fonts.load("16px " + family, text), document.fonts.load("bold 16px " + family, text));
     }});
-    return Promise.race([Promise.all(loads), new Promise(function(done) {{ setTimeout(done, 3000); }})]);
+    var loaded = Promise.all(loads.map(function(p) {{ return p.catch(function() {{}}); }}));
+    return Promise.race([loaded, new Promise(function(done) {{ setTimeout(done, 3000); }})]);
   }}
   function draw() {{
     var gd = document.getElementById("{id}");
