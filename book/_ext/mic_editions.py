@@ -1,8 +1,10 @@
-"""Sphinx extension: a language switch on every page, linking the same page in every edition (issue 28).
+"""Sphinx extension: a language switch on every page, linking the same page in every edition (issues 28, 29).
 
 The English site is the root of ``book/_build/html``; each edition's site sits in a folder named by its code
-(``hi/``). Each page gets, above its content, links to itself in the other editions, each marked with its
+(``hi/``, ``ur/``). Each page gets, above its content, links to itself in the other editions, each marked with its
 ``lang`` so that the browser shapes it in its own script. ``language`` (``hi``) says which edition a build is.
+An edition's pages are set in its script's font, served by the site; a right-to-left edition's (Urdu) pages say
+``dir="rtl"`` and get the few rules below that sphinx-book-theme lacks (it has no right-to-left mode).
 """
 from __future__ import annotations
 
@@ -13,13 +15,14 @@ from pathlib import Path
 
 from sphinx.search.en import SearchEnglish
 
-from helpers.infra.messages import LOCALE, SCRIPT_FONTS
-from mic_tools.editions import FONT_PACKAGES, font_file
+from helpers.infra.messages import DIRECTIONS, LOCALE, SCRIPT_FONTS
+from mic_tools.editions import FONT_FACES, font_face_css, font_faces
 
-EDITIONS = {"en": "English", "hi": "हिंदी"}          # code: the edition's name in its own language; Urdu joins here
+EDITIONS = {"en": "English", "hi": "हिंदी", "ur": "اردو"}   # code: the edition's name in its own language
 FONT_CSS = "mic-editions.css"
-# Every site serves the fonts of all editions (mic_tools.editions.FONT_PACKAGES), not only its own: the switch
+# Every site serves the fonts of all editions (mic_tools.editions.FONT_FACES), not only its own: the switch
 # names each edition in its own script.
+
 
 class SearchHindi(SearchEnglish):
     """Search for the Hindi site: a Devanagari word is kept whole, English words are stemmed as on the English site.
@@ -39,6 +42,30 @@ function splitQuery(query) {
 """
 
 
+class SearchUrdu(SearchHindi):
+    """Search for the Urdu site, as for the Hindi one: Urdu's diacritics (zer, zabar, the superscript alef) are
+    combining marks too, kept inside a word; the Urdu full stop (۔) and comma (،) end one."""
+    lang = "ur"
+    language_name = "Urdu"
+    _word_re = re.compile(r"[\w\u0610-\u061A\u064B-\u065F\u0670\u06D6-\u06ED]+")
+
+
+def theme_catalog(edition: str):
+    """The site's interface strings for an edition (``locale/<edition>/LC_MESSAGES/theme.po``), or None."""
+    from babel.messages.pofile import read_po
+
+    po_file = LOCALE / edition / "LC_MESSAGES" / "theme.po"
+    if edition == "en" or not po_file.exists():
+        return None
+    with po_file.open("rb") as f:
+        return read_po(f, locale=edition)
+
+
+def theme_strings(edition: str) -> dict[str, str]:
+    po = theme_catalog(edition)
+    return {m.id: m.string for m in po if m.id and m.string} if po is not None else {}
+
+
 def _theme_strings(app, config):
     """The themes' interface strings in the edition's language, from ``locale/<edition>/LC_MESSAGES/theme.po``.
 
@@ -48,15 +75,12 @@ def _theme_strings(app, config):
     added to both themes' gettext domains, after Sphinx's own translations.
     """
     from babel.messages.mofile import write_mo
-    from babel.messages.pofile import read_po
     from sphinx import locale
 
     edition = config.language or "en"
-    po_file = LOCALE / edition / "LC_MESSAGES" / "theme.po"
-    if edition == "en" or not po_file.exists():
+    po = theme_catalog(edition)
+    if po is None:
         return
-    with po_file.open("rb") as f:
-        po = read_po(f, locale=edition)
     folder = Path(app.doctreedir) / "mic-locale"
     (folder / edition / "LC_MESSAGES").mkdir(parents=True, exist_ok=True)
     for domain in ("sphinx", "booktheme"):
@@ -64,7 +88,7 @@ def _theme_strings(app, config):
             write_mo(f, po)
         locale.init([str(folder)], edition, domain)
     options = dict(config.html_theme_options or {})
-    options["search_bar_text"] = dict((m.id, m.string) for m in po if m.id)["Search this book..."]
+    options["search_bar_text"] = theme_strings(edition)["Search this book..."]
     config.html_theme_options = options
 
 
@@ -103,21 +127,61 @@ def _write_font_css(app, exception):
     (static / "fonts").mkdir(parents=True, exist_ok=True)
     css = [".mic-editions { font-size: 0.9em; margin-bottom: 1em; text-align: end; }",
            ".mic-edition-current { font-weight: 600; }"]
-    for code in FONT_PACKAGES:
-        family = SCRIPT_FONTS[code]
-        shutil.copyfile(font_file(code), static / "fonts" / f"{code}.ttf")
-        css += [f'@font-face {{ font-family: "{family}"; src: url("fonts/{code}.ttf") format("truetype"); '
-                f"font-weight: 100 900; font-display: swap; }}",
-                f'.mic-editions [lang="{code}"] {{ font-family: "{family}", sans-serif; }}']
+    for code in FONT_FACES:
+        for _, _, path, name in font_faces(code):
+            shutil.copyfile(path, static / "fonts" / name)
+        css += font_face_css(code, "fonts/")
+        css.append(f'.mic-editions [lang="{code}"] {{ font-family: "{SCRIPT_FONTS[code]}", sans-serif; }}')
     edition = app.config.language or "en"
-    if edition in FONT_PACKAGES:                        # the edition's pages: body and headings in its font
+    if edition in FONT_FACES:                           # the edition's pages: body and headings in its font
         family = SCRIPT_FONTS[edition]
         css.append(f'html[lang="{edition}"] {{ --pst-font-family-base: "{family}", var(--pst-font-family-base-system); '
                    f'--pst-font-family-heading: "{family}", var(--pst-font-family-base-system); }}')
+    if DIRECTIONS.get(edition) == "rtl":
+        css.append(RTL_CSS)
+        for page in Path(app.outdir).rglob("*.html"):
+            text = page.read_text(encoding="utf8")
+            page.write_text(text.replace(f'<html lang="{edition}"', f'<html lang="{edition}" dir="rtl"', 1),
+                            encoding="utf8")
     (static / FONT_CSS).write_text("\n".join(css) + "\n", encoding="utf8")
+    _copy_button_strings(static / "copybutton.js", edition)
+
+
+COPY_BUTTON = {"copy": "Copy", "copy_to_clipboard": "Copy to clipboard", "copy_success": "Copied!",
+               "copy_failure": "Failed to copy"}
+
+
+def _copy_button_strings(script: Path, edition: str) -> None:
+    """sphinx-copybutton's tooltips in the edition's language: its script keeps them in a table of languages, which
+    has neither Hindi nor Urdu, so the edition's entry, from theme.po, is added to that table."""
+    words = theme_strings(edition)
+    if not words or not script.exists():
+        return
+    entry = ", ".join(f"{key!r}: {words.get(text, text)!r}" for key, text in COPY_BUTTON.items())
+    text = script.read_text(encoding="utf8")
+    script.write_text(text.replace("const messages = {", f"const messages = {{\n  '{edition}': {{{entry}}},", 1),
+                      encoding="utf8")
+
+
+# A right-to-left edition's pages. With dir="rtl" on <html>, the theme's flex rows mirror by themselves (navigation
+# on the right, "on this page" on the left); these rules undo what the theme wrote in left and right, give Nastaliq
+# the line height its climbing words need, and keep left to right what must stay so: code cells and their outputs,
+# figures, math, and code spans, which are isolated so that bidi cannot reorder them with the Urdu around them.
+RTL_CSS = """
+html[dir="rtl"] .bd-article { line-height: 2.3; }
+html[dir="rtl"] :is(h1, h2, h3, h4) { line-height: 1.9; }
+html[dir="rtl"] .bd-sidebar-primary, html[dir="rtl"] .bd-sidebar-secondary { line-height: 2; }
+html[dir="rtl"] .bd-sidebar-primary { border-inline-end: 1px solid var(--pst-color-border); border-right: 0; }
+html[dir="rtl"] :is(.cell_input, .cell_output, .output, pre, .highlight, .math, mjx-container, .mic-plotly) {
+  direction: ltr; text-align: start; line-height: normal; }
+html[dir="rtl"] :is(p, li, td, th, dt, dd, h1, h2, h3, h4, a, span, strong, em) > code { direction: ltr; unicode-bidi: isolate; }
+html[dir="rtl"] .admonition, html[dir="rtl"] div.admonition { border-left-width: 0.2rem; }
+html[dir="rtl"] .toc-entry a.nav-link, html[dir="rtl"] .bd-toc-nav .nav { padding-inline-start: 1rem; }
+"""
 
 def setup(app):
     app.add_search_language(SearchHindi)
+    app.add_search_language(SearchUrdu)
     app.connect("config-inited", _theme_strings)
     app.connect("html-page-context", _add_switch)
     app.connect("build-finished", _write_font_css)

@@ -19,21 +19,105 @@ import yaml
 
 from mic_tools.exercises import without_solutions
 
-# Where each edition's script font comes from (helpers.infra.messages.SCRIPT_FONTS names its family): the site
-# (book/_ext/mic_editions.py) and the instructor view (instructor/voila.py) serve it themselves, so nothing is
-# fetched from the internet and a machine without Indic fonts still shapes every word.
-FONT_PACKAGES = {"hi": "fontpkg_noto_sans_devanagari"}
+# The fonts each edition's script is set in (helpers.infra.messages.SCRIPT_FONTS and FIGURE_FONTS name their
+# families): the site (book/_ext/mic_editions.py), the instructor view (instructor/voila.py) and JupyterLab
+# (lab_stylesheet) serve them themselves, so nothing is fetched from the internet and a machine without Indic or
+# Arabic-script fonts still shapes every word. Each face: (family, CSS weight, where its file is).
+# Devanagari comes from PyPI; Nastaliq and Naskh from npm (fontsource's Arabic-script subsets, woff2), which
+# `make install` puts under the environment's share/mic-fonts (NPM_FONTS; pyproject.toml cannot ask npm).
+NPM_FONTS = {"@fontsource/noto-nastaliq-urdu": "5.3.0", "@fontsource/noto-naskh-arabic": "5.3.0"}
+FONT_FACES = {
+    "hi": [("Noto Sans Devanagari", "100 900", ("pypi", "fontpkg_noto_sans_devanagari", "*.ttf"))],
+    "ur": [("Noto Nastaliq Urdu", "400", ("npm", "noto-nastaliq-urdu", "*-arabic-400-normal.woff2")),
+           ("Noto Nastaliq Urdu", "700", ("npm", "noto-nastaliq-urdu", "*-arabic-700-normal.woff2")),
+           ("Noto Naskh Arabic", "400", ("npm", "noto-naskh-arabic", "*-arabic-400-normal.woff2")),
+           ("Noto Naskh Arabic", "700", ("npm", "noto-naskh-arabic", "*-arabic-700-normal.woff2"))],
+}
 
 
-def font_file(edition: str) -> Path:
-    """The font file of an edition's script, from the package that ships it."""
+def npm_fonts_folder() -> Path:
+    """Where ``make install`` puts the npm fonts: ``<environment>/share/mic-fonts/node_modules/@fontsource``."""
+    import sys
+
+    return Path(sys.prefix) / "share" / "mic-fonts" / "node_modules" / "@fontsource"
+
+
+def install_npm_fonts() -> None:
+    """``python -m mic_tools.editions``: the npm fonts into this environment (``make install`` runs it)."""
+    import subprocess
+
+    prefix = npm_fonts_folder().parents[1]
+    if all((npm_fonts_folder() / name.split("/")[1] / "package.json").exists() for name in NPM_FONTS):
+        return
+    if shutil.which("npm") is None:
+        raise SystemExit("The Urdu edition's fonts come from npm, which is not installed: install Node.js "
+                         "(https://nodejs.org, or `conda install nodejs`) and run `make install` again.")
+    prefix.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["npm", "install", "--prefix", str(prefix), "--no-save", "--no-audit", "--no-fund",
+                    "--no-package-lock", *(f"{name}@{version}" for name, version in NPM_FONTS.items())], check=True)
+
+
+def font_file(source: tuple[str, str, str]) -> Path:
+    """The file of one face, from the package that ships it."""
     import importlib
 
-    package = FONT_PACKAGES[edition]
-    files = sorted((Path(importlib.import_module(package).__file__).parent / "files").glob("*.ttf"))
+    kind, package, pattern = source
+    folder = (Path(importlib.import_module(package).__file__).parent / "files" if kind == "pypi"
+              else npm_fonts_folder() / package / "files")
+    files = sorted(folder.glob(pattern))
     if not files:
-        raise FileNotFoundError(f"The font package {package} holds no .ttf file.")
+        how = "make install" if kind == "npm" else f"pip install {package.replace('_', '-')}"
+        raise FileNotFoundError(f"The font {package} is not installed ({folder / pattern} is missing): run {how}.")
     return files[0]
+
+
+def font_faces(edition: str) -> list[tuple[str, str, Path, str]]:
+    """(family, weight, file, the name it is served as) of each face an edition's script uses."""
+    faces = []
+    for family, weight, source in FONT_FACES.get(edition, []):
+        path = font_file(source)
+        faces.append((family, weight, path, f"{family.replace(' ', '-').lower()}-{weight.split()[0]}{path.suffix}"))
+    return faces
+
+
+def font_face_css(edition: str, url: str) -> list[str]:
+    """The @font-face rules of an edition's fonts, served from ``url`` (a folder, ending in /)."""
+    formats = {".ttf": "truetype", ".woff2": "woff2", ".woff": "woff"}
+    return [f'@font-face {{ font-family: "{family}"; src: url("{url}{name}") format("{formats[path.suffix]}"); '
+            f"font-weight: {weight}; font-display: swap; }}" for family, weight, path, name in font_faces(edition)]
+
+
+# A right-to-left edition's notebook in JupyterLab or the instructor view, which have no right-to-left mode. Each Urdu
+# notebook's first Markdown cell, and every sentence `say` prints, sit in a <div dir="rtl" lang="ur"> (JupyterLab's
+# sanitizer keeps both attributes); a notebook holding one runs all its Markdown right to left, in Nastaliq, and
+# keeps code, outputs, math and tables of numbers left to right. (JupyterLab keeps every cell in the page:
+# its default windowing mode, contentVisibility, only skips drawing those off screen.)
+NOTEBOOK_RTL_CSS = """
+:is(.jp-Notebook, #rendered_cells):has([lang="ur"]) .jp-MarkdownCell .jp-RenderedMarkdown,
+:is(.jp-Notebook, #rendered_cells) .jp-RenderedMarkdown [lang="ur"] {
+  direction: rtl; text-align: start; line-height: 2.2;
+  font-family: "Noto Nastaliq Urdu", var(--jp-content-font-family); }
+:is(.jp-Notebook, #rendered_cells):has([lang="ur"]) .jp-MarkdownCell :is(h1, h2, h3, h4) {
+  direction: rtl; text-align: start; line-height: 1.9; }
+:is(.jp-Notebook, #rendered_cells):has([lang="ur"]) .jp-RenderedMarkdown :is(pre, code, mjx-container, .MathJax) {
+  direction: ltr; unicode-bidi: isolate; }
+"""
+
+
+def notebook_stylesheet(url: str) -> str:
+    """The stylesheet JupyterLab (custom.css) and the instructor view load: every edition's fonts, served from
+    ``url``, and the right-to-left rules above."""
+    return "\n".join(css for code in FONT_FACES for css in font_face_css(code, url)) + NOTEBOOK_RTL_CSS
+
+
+def write_notebook_stylesheet(folder: Path, name: str) -> Path:
+    """``folder/name`` with the stylesheet, and the fonts beside it in ``folder/fonts/``."""
+    (folder / "fonts").mkdir(parents=True, exist_ok=True)
+    for code in FONT_FACES:
+        for _, _, path, font in font_faces(code):
+            shutil.copyfile(path, folder / "fonts" / font)
+    (folder / name).write_text(notebook_stylesheet("fonts/"), encoding="utf8")
+    return folder / name
 
 
 def merged(base: dict, over: dict) -> dict:
@@ -69,3 +153,12 @@ def stage_edition(book: Path, stage: Path, edition: str, solutions: bool = True)
         config["sphinx"]["config"]["hide_solutions"] = True
     (stage / "_config.yml").write_text(yaml.safe_dump(config, sort_keys=False, allow_unicode=True), encoding="utf8")
     return stage
+
+
+if __name__ == "__main__":
+    import sys
+
+    if sys.argv[1:2] == ["--lab"]:           # make lab: JupyterLab's custom.css (its config folder, sys.argv[2])
+        write_notebook_stylesheet(Path(sys.argv[2]) / "custom", "custom.css")
+    else:
+        install_npm_fonts()

@@ -43,7 +43,7 @@ from IPython import get_ipython
 from IPython.display import HTML, Markdown, display
 from ipywidgets.widgets.interaction import show_inline_matplotlib_plots
 
-from .messages import message
+from .messages import direction, edition, message
 
 STATIC_ENV = "MIC_STATIC"
 
@@ -56,9 +56,14 @@ def is_static() -> bool:
 def say(template: str, **fields):
     """Display a sentence built from measured values, as Markdown: ``say("{n:,} tokens", n=n)``.
 
-    ``template`` is a template with named fields, never an f-string (:mod:`helpers.infra.messages`).
+    ``template`` is a template with named fields, never an f-string (:mod:`helpers.infra.messages`). In a
+    right-to-left edition (Urdu) the sentence is prose that runs right to left, in its own ``dir="rtl"`` block
+    (JupyterLab has no right-to-left mode; its sanitizer keeps ``dir`` and ``lang``).
     """
-    display(Markdown(message(template, **fields)))
+    text = message(template, **fields)
+    if direction() == "rtl":
+        text = f'<div dir="rtl" lang="{edition()}">\n\n{text}\n\n</div>'
+    display(Markdown(text))
 
 
 def error_line(message: str) -> str:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import string
 from pathlib import Path
 
@@ -32,6 +33,11 @@ EDITIONS = ("en", "hi", "ur")
 # The font each edition's script is set in. The site serves it (book/_ext/mic_editions.py), so a reader's machine
 # needs no Indic font; figures name it first, so that their SVG text is shaped by the same font as the page.
 SCRIPT_FONTS = {"hi": "Noto Sans Devanagari", "ur": "Noto Nastaliq Urdu"}
+# Figures set Urdu in Naskh, Nastaliq's upright sibling: Nastaliq's words climb and fall far beyond a line's
+# height, and plotly.js sizes a title, a tick or a legend entry by that line height, so they would collide.
+FIGURE_FONTS = {**SCRIPT_FONTS, "ur": "Noto Naskh Arabic"}
+# The direction each edition's prose runs in: Urdu right to left. Code, numbers and tables stay left to right.
+DIRECTIONS = {"ur": "rtl"}
 LOCALE = Path(__file__).resolve().parents[3] / "locale"       # the repository's locale/ folder
 
 
@@ -58,9 +64,33 @@ def edition() -> str:
     return here if here in EDITIONS else "en"
 
 
+def direction(name: str | None = None) -> str:
+    """``"rtl"`` or ``"ltr"``: which way edition ``name``'s (default: this kernel's) sentences run."""
+    return DIRECTIONS.get(name or edition(), "ltr")
+
+
+ARABIC = re.compile(r"[\u0600-\u06FF\u0750-\u077F\uFB50-\uFDFF\uFE70-\uFEFF]")
+
+
+def isolate_rtl(item):
+    """A figure's right-to-left labels (Urdu) made bidi isolates that run right to left, line by line, in place.
+
+    SVG text runs left to right: a label such as "KV cache کا سائز" would show its English term on the left, where
+    an Urdu reader ends. Each line between RLI and PDI (U+2067, U+2069) is laid out right to left as one unit.
+    ``item``: a figure's dictionary, or any part of it; returned.
+    """
+    items = item.items() if isinstance(item, dict) else enumerate(item) if isinstance(item, list) else ()
+    for key, value in items:
+        if isinstance(value, str) and ARABIC.search(value) and not value.startswith("\u2067"):
+            item[key] = "<br>".join(f"\u2067{line}\u2069" for line in value.split("<br>"))
+        else:
+            isolate_rtl(value)
+    return item
+
+
 def font_family(base: str, name: str | None = None) -> str:
-    """A CSS font stack for edition ``name`` (default: this kernel's): its script's font first, then ``base``."""
-    font = SCRIPT_FONTS.get(name or edition())
+    """A figure's CSS font stack for edition ``name`` (default: this kernel's): its script's font, then ``base``."""
+    font = FIGURE_FONTS.get(name or edition())
     return f'"{font}", {base}' if font else base
 
 

@@ -35,7 +35,7 @@ sys.modules.setdefault("rfc3987_syntax", None)
 import plotly.graph_objects as go  # noqa: E402  (after the line above, on purpose)
 import plotly.io as pio  # noqa: E402
 
-from .messages import catalog, edition, fields_of, font_family, message  # noqa: E402
+from .messages import catalog, direction, edition, fields_of, font_family, isolate_rtl, message  # noqa: E402
 
 PALETTE = ["#1f5fa8", "#d1495b", "#2e933c", "#edae49", "#6c4f9e", "#00798c", "#8d6a4f", "#555555"]
 NAIVE, CACHED = PALETTE[1], PALETTE[0]   # the same colours mean the same thing in every notebook
@@ -187,7 +187,8 @@ def tidy(fig_dict: dict) -> dict:
                 bar["title"] = {"text": bar["title"]}
             bar["title"].setdefault("side", "right")
     round_log_ticks(fig_dict)
-    return fig_dict
+    return isolate_rtl(fig_dict) if direction() == "rtl" else fig_dict
+
 
 
 PLOTLY_JS_NAME = "plotly.min.js"
