@@ -5,6 +5,7 @@ the figures' SVG text), every page links its English twin, a word typed in its s
 pages, and no request leaves the machine. The Urdu site also runs right to left: its prose does, code, outputs and
 figures do not, the navigation sits on the right, and no two lines of a paragraph overlap.
 """
+import re
 from urllib.parse import quote, urljoin
 
 import pytest
@@ -155,6 +156,26 @@ def test_a_word_in_the_editions_script_finds_its_pages(server, browser, edition)
     page.wait_for_selector("#search-results ul.search li", timeout=30000)
     hits = page.eval_on_selector_all("#search-results ul.search li a", "els => els.map(e => e.href)")
     assert any("03-cache-size" in h for h in hits), hits
+    assert not problems, problems
+    page.close()
+
+
+SCRIPT = {"hi": r"[\u0900-\u097F]", "ur": r"[\u0600-\u06FF]"}
+
+
+@needs_sites
+@pytest.mark.parametrize("edition", EDITIONS)
+def test_what_the_sites_scripts_write_is_in_the_editions_language(server, browser, edition):
+    """Sphinx's search page and sphinx-copybutton write their sentences from JavaScript tables that lack Urdu (and
+    misspell Hindi): the site's own catalog (theme.po) fills them in."""
+    page, problems = book.open_page(browser, f"{server}/{edition}/search.html?q={quote(WORDS[edition][0])}")
+    page.wait_for_selector("#search-results p.search-summary", timeout=30000)
+    for selector in ("#search-results h2", "#search-results p.search-summary"):
+        text = page.inner_text(selector)
+        assert re.search(SCRIPT[edition], text) and "Search" not in text, (selector, text)
+    page.goto(f"{server}/{edition}/notebooks/03-cache-size.html", wait_until="load")
+    tip = page.get_attribute("button.copybtn", "data-tooltip")
+    assert tip and re.search(SCRIPT[edition], tip), tip
     assert not problems, problems
     page.close()
 

@@ -28,3 +28,18 @@ def test_the_hindi_search_keeps_a_word_whole():
     search = SearchHindi({})
     assert search.split("cache का हिसाब, यह हिंदी। tokens") == ["cache", "का", "हिसाब", "यह", "हिंदी", "tokens"]
     assert [search.stem(w) for w in ("हिसाब", "tokens")] == ["हिसाब", "token"]     # Hindi passes unchanged
+
+
+def test_an_urdu_page_links_its_twins_each_in_its_script():
+    out = switch_html("notebooks/03-cache-size", "ur", "../")
+    assert 'href="../../notebooks/03-cache-size.html" lang="en"' in out
+    assert 'href="../../hi/notebooks/03-cache-size.html" lang="hi"' in out
+    assert 'lang="ur">اردو</span>' in out
+
+
+def test_the_urdu_search_keeps_a_word_whole_and_ends_it_at_urdu_punctuation():
+    from mic_editions import SearchUrdu
+    search = SearchUrdu({})
+    # U+0670 (the superscript alef of "اعلیٰ") and U+064E (a zabar) are combining marks: the default splitter cuts there
+    assert search.split("cache کا حساب، اعلیٰ مَیں۔ tokens") == ["cache", "کا", "حساب", "اعلیٰ", "مَیں", "tokens"]
+    assert [search.stem(w) for w in ("حساب", "tokens")] == ["حساب", "token"]

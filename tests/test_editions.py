@@ -114,6 +114,16 @@ def test_glossary_terms_are_rendered_as_the_glossary_says(edition, english):
     assert not wrong, f"English words the glossary translates: {wrong[:10]}"
 
 
+RTL_PAIRS = [(ed, p) for ed, p in PAIRS if ed == "ur"]
+
+
+@pytest.mark.parametrize("edition, english", RTL_PAIRS, ids=[f"{ed}/{p.stem}" for ed, p in RTL_PAIRS])
+def test_a_right_to_left_notebook_says_so_in_its_first_markdown_cell(edition, english):
+    """JupyterLab's stylesheet runs a notebook right to left when it holds this block (mic_tools.editions)."""
+    first = next(c for c in jupytext.read(ROOT / "notebooks" / edition / english.name).cells if c.cell_type == "markdown")
+    assert f'<div dir="rtl" lang="{edition}">' in first.source and "</div>" in first.source
+
+
 SEEDS = {"hi": "000_57e4c014da2f0aa6.txt", "ur": "002_58e389474b4f4ae8.txt"}   # the chapter, in Hindi and Urdu
 
 

@@ -154,3 +154,24 @@ def test_labels_written_straight_into_a_figure_are_looked_up(hindi):
     assert [t["name"] for t in fig["data"]] == ["cached (हिंदी)", "3 layers"]     # a formatted label stays
     assert fig["layout"]["yaxis2"]["title"]["text"] == "तेज़ी"
     assert fig["layout"]["annotations"][0]["text"] == "cached (हिंदी)"
+
+
+def test_urdu_runs_right_to_left_and_its_figure_labels_are_isolates(monkeypatch):
+    monkeypatch.setenv(messages.EDITION_ENV, "ur")
+    assert messages.direction() == "rtl" and messages.direction("hi") == "ltr"
+    fig = {"layout": {"title": {"text": "KV cache کا سائز<br>دوسری line"}, "xaxis": {"title": {"text": "tokens"}}},
+           "data": [{"name": "cached", "text": ["12 ms"]}]}
+    assert messages.isolate_rtl(fig) is fig
+    assert fig["layout"]["title"]["text"] == "\u2067KV cache کا سائز\u2069<br>\u2067دوسری line\u2069"
+    assert fig["layout"]["xaxis"]["title"]["text"] == "tokens" and fig["data"][0]["text"] == ["12 ms"]
+    assert messages.isolate_rtl(fig) == fig                        # isolated once, not twice
+
+
+def test_say_prints_urdu_as_a_right_to_left_block(monkeypatch):
+    from helpers.infra import controls
+    shown = []
+    monkeypatch.setattr(controls, "display", lambda obj: shown.append(obj.data))
+    for edition in ("ur", "hi"):
+        monkeypatch.setenv(messages.EDITION_ENV, edition)
+        controls.say("{n:,} tokens of a test sentence", n=1234)
+    assert shown == ['<div dir="rtl" lang="ur">\n\n1,234 tokens of a test sentence\n\n</div>', "1,234 tokens of a test sentence"]
