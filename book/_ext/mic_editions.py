@@ -9,6 +9,7 @@ An edition's pages are set in its script's font, served by the site; a right-to-
 from __future__ import annotations
 
 import html
+import json
 import re
 import shutil
 from pathlib import Path
@@ -145,6 +146,7 @@ def _write_font_css(app, exception):
                             encoding="utf8")
     (static / FONT_CSS).write_text("\n".join(css) + "\n", encoding="utf8")
     _copy_button_strings(static / "copybutton.js", edition)
+    _search_strings(static / "translations.js", edition)
 
 
 COPY_BUTTON = {"copy": "Copy", "copy_to_clipboard": "Copy to clipboard", "copy_success": "Copied!",
@@ -160,6 +162,26 @@ def _copy_button_strings(script: Path, edition: str) -> None:
     entry = ", ".join(f"{key!r}: {words.get(text, text)!r}" for key, text in COPY_BUTTON.items())
     text = script.read_text(encoding="utf8")
     script.write_text(text.replace("const messages = {", f"const messages = {{\n  '{edition}': {{{entry}}},", 1),
+                      encoding="utf8")
+
+
+SEARCH_PAGE = ("Search Results", "Searching", "Preparing search...", ", in ", "Hide Search Matches",
+               "Search finished, found ${resultCount} page(s) matching the search query.",
+               "Your search did not match any documents. Please make sure that all words are spelled correctly and "
+               "that you've selected enough categories.")
+
+
+def _search_strings(script: Path, edition: str) -> None:
+    """The search page's sentences (written by Sphinx's JavaScript, from ``translations.js``) in the edition's
+    language: Sphinx's Urdu has none of them, and its Hindi misspells one."""
+    words = theme_strings(edition)
+    if not words or not script.exists():
+        return
+    head, _, rest = script.read_text(encoding="utf8").partition("Documentation.addTranslations(")
+    body, _, tail = rest.rpartition(");")
+    table = json.loads(body)
+    table["messages"].update({k: words[k] for k in SEARCH_PAGE if k in words})
+    script.write_text(f"{head}Documentation.addTranslations({json.dumps(table, ensure_ascii=False, indent=1)});{tail}",
                       encoding="utf8")
 
 

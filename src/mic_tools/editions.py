@@ -93,13 +93,13 @@ def font_face_css(edition: str, url: str) -> list[str]:
 # keeps code, outputs, math and tables of numbers left to right. (JupyterLab keeps every cell in the page:
 # its default windowing mode, contentVisibility, only skips drawing those off screen.)
 NOTEBOOK_RTL_CSS = """
-:is(.jp-Notebook, #rendered_cells):has([lang="ur"]) .jp-MarkdownCell .jp-RenderedMarkdown,
-:is(.jp-Notebook, #rendered_cells) .jp-RenderedMarkdown [lang="ur"] {
-  direction: rtl; text-align: start; line-height: 2.2;
-  font-family: "Noto Nastaliq Urdu", var(--jp-content-font-family); }
-:is(.jp-Notebook, #rendered_cells):has([lang="ur"]) .jp-MarkdownCell :is(h1, h2, h3, h4) {
-  direction: rtl; text-align: start; line-height: 1.9; }
-:is(.jp-Notebook, #rendered_cells):has([lang="ur"]) .jp-RenderedMarkdown :is(pre, code, mjx-container, .MathJax) {
+:is(.jp-Notebook, #rendered_cells):has([lang="ur"]) .jp-MarkdownCell :is(.jp-RenderedMarkdown, .myst),
+.jp-RenderedHTMLCommon [lang="ur"] {
+  direction: rtl; line-height: 2.2; font-family: "Noto Nastaliq Urdu", var(--jp-content-font-family); }
+:is(.jp-Notebook, #rendered_cells):has([lang="ur"]) .jp-MarkdownCell :is(p, li, h1, h2, h3, h4, blockquote),
+.jp-RenderedHTMLCommon [lang="ur"] :is(p, li) { direction: rtl; text-align: start; }
+:is(.jp-Notebook, #rendered_cells):has([lang="ur"]) .jp-MarkdownCell :is(h1, h2, h3, h4) { line-height: 1.9; }
+:is(.jp-Notebook, #rendered_cells):has([lang="ur"]) .jp-MarkdownCell :is(pre, code, mjx-container, .MathJax) {
   direction: ltr; unicode-bidi: isolate; }
 """
 
