@@ -390,8 +390,8 @@ INTERACT_TEXTS_JS = """() => Array.from(document.querySelectorAll('.widget-inter
 DIRECTIONS_JS = """() => {
   const dir = sel => Array.from(document.querySelectorAll('.jp-NotebookPanel:not(.lm-mod-hidden) ' + sel))
       .map(e => getComputedStyle(e).direction);
-  return {markdown: dir('.jp-MarkdownCell .jp-RenderedMarkdown p'), headings: dir('.jp-MarkdownCell h2'),
-          said: dir('.jp-OutputArea-output.jp-RenderedMarkdown [lang="ur"] p'),
+  return {markdown: dir('.jp-MarkdownCell p'), headings: dir('.jp-MarkdownCell h2'),
+          said: dir('.jp-OutputArea-output [lang="ur"] p'),
           code: dir('.jp-CodeCell .cm-content'), printed: dir('.jp-OutputArea-output[data-mime-type="text/plain"] pre')};
 }"""
 
