@@ -192,10 +192,10 @@ DIRECTIONS_JS = """() => {
           article: box('article.bd-article'), width: innerWidth};
 }"""
 
-# The lines of each paragraph, as the browser laid them out: the boxes of its text (a Range over each text node
+# The lines of each paragraph, heading and navigation entry, as the browser laid them out: the boxes of its text (a Range over each text node
 # gives one box per line it spans, as tall as its font's ascent and descent), grouped into lines by their middles
 # (a quarter of the line height apart at least); returns each line's [top, bottom].
-LINES_JS = """() => Array.from(document.querySelectorAll('article p')).slice(0, 40).map(p => {
+LINES_JS = """() => Array.from(document.querySelectorAll('article :is(p, h1, h2, h3), nav.bd-links li')).slice(0, 80).map(p => {
   const style = getComputedStyle(p);
   const spacing = parseFloat(style.lineHeight) || 1.2 * parseFloat(style.fontSize);
   const rects = [];

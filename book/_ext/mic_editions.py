@@ -187,18 +187,18 @@ def _search_strings(script: Path, edition: str) -> None:
 
 # A right-to-left edition's pages. With dir="rtl" on <html>, the theme's flex rows mirror by themselves (navigation
 # on the right, "on this page" on the left); these rules undo what the theme wrote in left and right, give Nastaliq
-# the line height its climbing words need, and keep left to right what must stay so: code cells and their outputs,
+# the line height its climbing words need (its glyphs reach 2.5 em from top to bottom: lines 2.6 em apart never meet), and keep left to right what must stay so: code cells and their outputs,
 # figures, math, and code spans, which are isolated so that bidi cannot reorder them with the Urdu around them.
+# (plotly.js measures every label in a hidden SVG of its own, #js-plotly-tester, in <body>: measured right to left,
+# each tick label's anchor flips and the axis titles land on the ticks.)
 RTL_CSS = """
-html[dir="rtl"] .bd-article { line-height: 2.3; }
-html[dir="rtl"] :is(h1, h2, h3, h4) { line-height: 1.9; }
-html[dir="rtl"] .bd-sidebar-primary, html[dir="rtl"] .bd-sidebar-secondary { line-height: 2; }
+html[dir="rtl"] .bd-article, html[dir="rtl"] .bd-article :is(h1, h2, h3, h4) { line-height: 2.6; }
+html[dir="rtl"] :is(.bd-sidebar-primary, .bd-sidebar-secondary) { line-height: 2.6; }
 html[dir="rtl"] .bd-sidebar-primary { border-inline-end: 1px solid var(--pst-color-border); border-right: 0; }
-html[dir="rtl"] :is(.cell_input, .cell_output, .output, pre, .highlight, .math, mjx-container, .mic-plotly) {
+html[dir="rtl"] :is(.cell_input, .cell_output, .output, pre, .highlight, .math, mjx-container, .mic-plotly,
+  #js-plotly-tester) {
   direction: ltr; text-align: start; line-height: normal; }
 html[dir="rtl"] :is(p, li, td, th, dt, dd, h1, h2, h3, h4, a, span, strong, em) > code { direction: ltr; unicode-bidi: isolate; }
-html[dir="rtl"] .admonition, html[dir="rtl"] div.admonition { border-left-width: 0.2rem; }
-html[dir="rtl"] .toc-entry a.nav-link, html[dir="rtl"] .bd-toc-nav .nav { padding-inline-start: 1rem; }
 """
 
 def setup(app):

@@ -35,6 +35,12 @@ FONT_FACES = {
 }
 
 
+# Figures set Urdu in Naskh, which must not become a figure's "primary" font: that one (the first in the stack that
+# has a space) gives every text its height, and Naskh's is tall enough that plotly.js's axis titles then cover their
+# tick labels. Limited to Arabic letters, it draws those only, and Latin text keeps the Latin font's metrics.
+UNICODE_RANGES = {"Noto Naskh Arabic": "U+0600-06FF, U+0750-077F, U+08A0-08FF, U+FB50-FDFF, U+FE70-FEFF"}
+
+
 def npm_fonts_folder() -> Path:
     """Where ``make install`` puts the npm fonts: ``<environment>/share/mic-fonts/node_modules/@fontsource``."""
     import sys
@@ -84,7 +90,9 @@ def font_face_css(edition: str, url: str) -> list[str]:
     """The @font-face rules of an edition's fonts, served from ``url`` (a folder, ending in /)."""
     formats = {".ttf": "truetype", ".woff2": "woff2", ".woff": "woff"}
     return [f'@font-face {{ font-family: "{family}"; src: url("{url}{name}") format("{formats[path.suffix]}"); '
-            f"font-weight: {weight}; font-display: swap; }}" for family, weight, path, name in font_faces(edition)]
+            f"font-weight: {weight}; font-display: swap;"
+            + (f" unicode-range: {UNICODE_RANGES[family]};" if family in UNICODE_RANGES else "") + " }"
+            for family, weight, path, name in font_faces(edition)]
 
 
 # A right-to-left edition's notebook in JupyterLab or the instructor view, which have no right-to-left mode. Each Urdu
