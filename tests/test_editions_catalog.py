@@ -167,11 +167,12 @@ def test_urdu_runs_right_to_left_and_its_figure_labels_are_isolates(monkeypatch)
     assert messages.isolate_rtl(fig) == fig                        # isolated once, not twice
 
 
-def test_say_prints_urdu_as_a_right_to_left_block(monkeypatch):
+def test_say_prints_urdu_as_a_right_to_left_block_with_its_fields_left_to_right(monkeypatch):
     from helpers.infra import controls
     shown = []
     monkeypatch.setattr(controls, "display", lambda obj: shown.append(obj.data))
     for edition in ("ur", "hi"):
         monkeypatch.setenv(messages.EDITION_ENV, edition)
-        controls.say("{n:,} tokens of a test sentence", n=1234)
-    assert shown == ['<div dir="rtl" lang="ur">\n\n1,234 tokens of a test sentence\n\n</div>', "1,234 tokens of a test sentence"]
+        controls.say("**{path}** holds {n:,} tokens of a test sentence {line!r}", path="/tmp/m", n=1234, line="یہ")
+    assert shown == ['<div dir="rtl" lang="ur">\n\n**\u2066/tmp/m\u2069** holds \u20661,234\u2069 tokens of a test '
+                     "sentence 'یہ'\n\n</div>", "**/tmp/m** holds 1,234 tokens of a test sentence 'یہ'"]

@@ -392,7 +392,8 @@ DIRECTIONS_JS = """() => {
       .map(e => getComputedStyle(e).direction);
   return {markdown: dir('.jp-MarkdownCell p'), headings: dir('.jp-MarkdownCell h2'),
           said: dir('.jp-OutputArea-output [lang="ur"] p'),
-          code: dir('.jp-CodeCell .cm-content'), printed: dir('.jp-OutputArea-output[data-mime-type="text/plain"] pre')};
+          code: dir('.jp-CodeCell .cm-content'),
+          printed: dir('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stdout"] pre')};
 }"""
 
 

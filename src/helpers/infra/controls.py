@@ -43,7 +43,7 @@ from IPython import get_ipython
 from IPython.display import HTML, Markdown, display
 from ipywidgets.widgets.interaction import show_inline_matplotlib_plots
 
-from .messages import direction, edition, message
+from .messages import LeftToRight, direction, edition, message
 
 STATIC_ENV = "MIC_STATIC"
 
@@ -58,11 +58,14 @@ def say(template: str, **fields):
 
     ``template`` is a template with named fields, never an f-string (:mod:`helpers.infra.messages`). In a
     right-to-left edition (Urdu) the sentence is prose that runs right to left, in its own ``dir="rtl"`` block
-    (JupyterLab has no right-to-left mode; its sanitizer keeps ``dir`` and ``lang``).
+    (JupyterLab has no right-to-left mode; its sanitizer keeps ``dir`` and ``lang``), and each field that is not
+    Urdu runs left to right inside it (:class:`~helpers.infra.messages.LeftToRight`).
     """
-    text = message(template, **fields)
     if direction() == "rtl":
+        text = message(template, **{name: LeftToRight(value) for name, value in fields.items()})
         text = f'<div dir="rtl" lang="{edition()}">\n\n{text}\n\n</div>'
+    else:
+        text = message(template, **fields)
     display(Markdown(text))
 
 

@@ -88,6 +88,33 @@ def isolate_rtl(item):
     return item
 
 
+class LeftToRight:
+    """A field of a right-to-left sentence (Urdu): printed in an isolate that runs left to right, unless it is Urdu
+    itself. Bidi would otherwise move a neutral character to the far side of the field: the leading slash of
+    ``/tmp/model`` at the start of a line of Urdu shows at the line's end."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def _isolated(self, text: str) -> str:
+        return text if ARABIC.search(text) else f"\u2066{text}\u2069"
+
+    def __format__(self, spec: str) -> str:
+        return self._isolated(format(self.value, spec))
+
+    def __str__(self) -> str:
+        return self._isolated(str(self.value))
+
+    def __repr__(self) -> str:
+        return self._isolated(repr(self.value))
+
+    def __getattr__(self, name):
+        return getattr(self.value, name)
+
+    def __getitem__(self, key):
+        return self.value[key]
+
+
 def font_family(base: str, name: str | None = None) -> str:
     """A figure's CSS font stack for edition ``name`` (default: this kernel's): its script's font, then ``base``."""
     font = FIGURE_FONTS.get(name or edition())
