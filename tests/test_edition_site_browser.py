@@ -170,10 +170,13 @@ def test_what_the_sites_scripts_write_is_in_the_editions_language(server, browse
     misspell Hindi): the site's own catalog (theme.po) fills them in."""
     page, problems = book.open_page(browser, f"{server}/{edition}/search.html?q={quote(WORDS[edition][0])}")
     page.wait_for_selector("#search-results p.search-summary", timeout=30000)
+    page.wait_for_load_state("networkidle")      # the search still fetches its hits' pages for their excerpts
     for selector in ("#search-results h2", "#search-results p.search-summary"):
         text = page.inner_text(selector)
         assert re.search(SCRIPT[edition], text) and "Search" not in text, (selector, text)
-    page.goto(f"{server}/{edition}/notebooks/03-cache-size.html", wait_until="load")
+    assert not problems, problems
+    page.close()
+    page, problems = book.open_page(browser, f"{server}/{edition}/notebooks/03-cache-size.html")
     tip = page.get_attribute("button.copybtn", "data-tooltip")
     assert tip and re.search(SCRIPT[edition], tip), tip
     assert not problems, problems
