@@ -11,13 +11,12 @@ from __future__ import annotations
 import html
 import json
 import re
-import shutil
 from pathlib import Path
 
 from sphinx.search.en import SearchEnglish
 
 from helpers.infra.messages import DIRECTIONS, LOCALE, SCRIPT_FONTS
-from mic_tools.editions import FONT_FACES, font_face_css, font_faces
+from mic_tools.editions import FONT_FACES, copy_fonts, font_face_css
 
 EDITIONS = {"en": "English", "hi": "हिंदी", "ur": "اردو"}   # code: the edition's name in its own language
 FONT_CSS = "mic-editions.css"
@@ -125,12 +124,10 @@ def _write_font_css(app, exception):
     if exception is not None or app.builder.format != "html":
         return
     static = Path(app.outdir) / "_static"
-    (static / "fonts").mkdir(parents=True, exist_ok=True)
+    copy_fonts(static / "fonts")
     css = [".mic-editions { font-size: 0.9em; margin-bottom: 1em; text-align: end; }",
            ".mic-edition-current { font-weight: 600; }"]
     for code in FONT_FACES:
-        for _, _, path, name in font_faces(code):
-            shutil.copyfile(path, static / "fonts" / name)
         css += font_face_css(code, "fonts/")
         css.append(f'.mic-editions [lang="{code}"] {{ font-family: "{SCRIPT_FONTS[code]}", sans-serif; }}')
     edition = app.config.language or "en"
@@ -187,8 +184,9 @@ def _search_strings(script: Path, edition: str) -> None:
 
 # A right-to-left edition's pages. With dir="rtl" on <html>, the theme's flex rows mirror by themselves (navigation
 # on the right, "on this page" on the left); these rules undo what the theme wrote in left and right, give Nastaliq
-# the line height its climbing words need (its glyphs reach 2.5 em from top to bottom: lines 2.6 em apart never meet), and keep left to right what must stay so: code cells and their outputs,
-# figures, math, and code spans, which are isolated so that bidi cannot reorder them with the Urdu around them.
+# the line height its climbing words need (its glyphs reach 2.5 em from top to bottom: lines 2.6 em apart never
+# meet), and keep left to right what must stay so: code cells and their outputs, figures, math, and code spans,
+# which are isolated so that bidi cannot reorder them with the Urdu around them.
 # (plotly.js measures every label in a hidden SVG of its own, #js-plotly-tester, in <body>: measured right to left,
 # each tick label's anchor flips and the axis titles land on the ticks.)
 RTL_CSS = """
@@ -198,7 +196,8 @@ html[dir="rtl"] .bd-sidebar-primary { border-inline-end: 1px solid var(--pst-col
 html[dir="rtl"] :is(.cell_input, .cell_output, .output, pre, .highlight, .math, mjx-container, .mic-plotly,
   #js-plotly-tester) {
   direction: ltr; text-align: start; line-height: normal; }
-html[dir="rtl"] :is(p, li, td, th, dt, dd, h1, h2, h3, h4, a, span, strong, em) > code { direction: ltr; unicode-bidi: isolate; }
+html[dir="rtl"] :is(p, li, td, th, dt, dd, h1, h2, h3, h4, a, span, strong, em) > code {
+  direction: ltr; unicode-bidi: isolate; }
 """
 
 def setup(app):

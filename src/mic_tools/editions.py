@@ -21,8 +21,8 @@ from mic_tools.exercises import without_solutions
 
 # The fonts each edition's script is set in (helpers.infra.messages.SCRIPT_FONTS and FIGURE_FONTS name their
 # families): the site (book/_ext/mic_editions.py), the instructor view (instructor/voila.py) and JupyterLab
-# (lab_stylesheet) serve them themselves, so nothing is fetched from the internet and a machine without Indic or
-# Arabic-script fonts still shapes every word. Each face: (family, CSS weight, where its file is).
+# (write_notebook_stylesheet) serve them themselves, so nothing is fetched from the internet and a machine without
+# Indic or Arabic-script fonts still shapes every word. Each face: (family, CSS weight, where its file is).
 # Devanagari comes from PyPI; Nastaliq and Naskh from npm (fontsource's Arabic-script subsets, woff2), which
 # `make install` puts under the environment's share/mic-fonts (NPM_FONTS; pyproject.toml cannot ask npm).
 NPM_FONTS = {"@fontsource/noto-nastaliq-urdu": "5.3.0", "@fontsource/noto-naskh-arabic": "5.3.0"}
@@ -118,12 +118,17 @@ def notebook_stylesheet(url: str) -> str:
     return "\n".join(css for code in FONT_FACES for css in font_face_css(code, url)) + NOTEBOOK_RTL_CSS
 
 
+def copy_fonts(folder: Path) -> None:
+    """Every edition's font files into ``folder``, under the names font_face_css serves them by."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for code in FONT_FACES:
+        for _, _, path, name in font_faces(code):
+            shutil.copyfile(path, folder / name)
+
+
 def write_notebook_stylesheet(folder: Path, name: str) -> Path:
     """``folder/name`` with the stylesheet, and the fonts beside it in ``folder/fonts/``."""
-    (folder / "fonts").mkdir(parents=True, exist_ok=True)
-    for code in FONT_FACES:
-        for _, _, path, font in font_faces(code):
-            shutil.copyfile(path, folder / "fonts" / font)
+    copy_fonts(folder / "fonts")
     (folder / name).write_text(notebook_stylesheet("fonts/"), encoding="utf8")
     return folder / name
 

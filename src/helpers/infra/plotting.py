@@ -190,7 +190,6 @@ def tidy(fig_dict: dict) -> dict:
     return isolate_rtl(fig_dict) if direction() == "rtl" else fig_dict
 
 
-
 PLOTLY_JS_NAME = "plotly.min.js"
 
 _LOADER = """<div id="{id}" class="mic-plotly" style="width:100%;height:{height}px;"></div>
