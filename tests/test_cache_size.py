@@ -250,6 +250,9 @@ def test_calculator_figure_controls_compose():
     fig = calc.calculator_figure(archs, dtypes, users, tokens_range=(128, 4096))
     lay = fig.layout
     arch_menu, dtype_menu = lay.updatemenus
+    # one above the other from the same left edge, so that no model name, however long, runs into the dtypes
+    assert arch_menu.x == dtype_menu.x == 0 and arch_menu.xanchor == dtype_menu.xanchor == "left"
+    assert arch_menu.y == dtype_menu.y and arch_menu.pad.b >= 36 > (dtype_menu.pad.b or 0)
     vis = [b.args[0]["visible"] for b in arch_menu.buttons]
     assert all(sum(col) == 1 for col in zip(*vis))          # every trace belongs to exactly one architecture
     assert all(b.method == "relayout" for b in dtype_menu.buttons)   # a dtype relabels the axis only

@@ -20,6 +20,7 @@ from .s03_cache_size import KVArchitecture, bytes_per_element, dtype_name, human
 
 # A real, current pattern for shrinking the cache: Gemma 3 gives 5 of every 6 layers a 1,024-token window.
 SLIDING_PATTERN = dict(window=1024, every=6, name="Gemma 3's pattern")
+MENU_ROW_PX = 40    # the model menu's height above the dtype menu's: a dropdown is about 30 px tall
 
 
 def sliding_variant(arch: KVArchitecture) -> KVArchitecture:
@@ -129,14 +130,17 @@ def calculator_figure(archs: Sequence[KVArchitecture], dtypes: Sequence[str], us
         title_text=arch_title(archs[active_arch]),
         xaxis=dict(type="log", range=[math.log10(lo), math.log10(hi)]),
         yaxis=dict(type="log", range=y_range, title_text="cache (and weights)", **ticks(dtypes[active_dtype])),
-        hovermode="x unified", height=600, margin=dict(t=150, b=110),
+        hovermode="x unified", height=640, margin=dict(t=190, b=110),
         legend=dict(x=0.01, y=0.99, xanchor="left", yanchor="top"),
+        # The two menus sit one above the other, both from the left edge: side by side, a long model name (a
+        # folder's path, say) ran the left one into the right one, at widths that depend on the fonts installed.
         updatemenus=[
             dict(type="dropdown", x=0.0, xanchor="left", y=1.02, yanchor="bottom", active=active_arch,
+                 pad=dict(b=MENU_ROW_PX),
                  buttons=[dict(label=message("model: {name}", name=a.name), method="update",
                                args=[{"visible": [o == i for o in owner]}, {"title.text": arch_title(a)}])
                           for i, a in enumerate(archs)]),
-            dict(type="dropdown", x=1.0, xanchor="right", y=1.02, yanchor="bottom", active=active_dtype,
+            dict(type="dropdown", x=0.0, xanchor="left", y=1.02, yanchor="bottom", active=active_dtype,
                  buttons=[dict(label=message("dtype: {dtype} ({nbytes} B)", dtype=dtype_name(d),
                                                nbytes=bytes_per_element(d)), method="relayout",
                                args=[{f"yaxis.{k}": v for k, v in ticks(d).items()}]) for d in dtypes]),

@@ -177,8 +177,8 @@ def tidy(fig_dict: dict) -> dict:
         pad["b"] = max(pad.get("b", 0), 40 if tops else 24)
         for menu in layout.get("updatemenus", []) or []:      # a dropdown above the plot: the title goes over it
             y = menu.get("y", 1.0)
-            if menu.get("yanchor") == "bottom" and y >= 1:
-                pad["b"] = max(pad["b"], int(64 + 400 * (y - 1)))
+            if menu.get("yanchor") == "bottom" and y >= 1:      # (a menu's own pad lifts it that much more)
+                pad["b"] = max(pad["b"], int(64 + 400 * (y - 1) + (menu.get("pad") or {}).get("b", 0)))
     _wrap_step_titles(layout)
     for trace in fig_dict.get("data", []):
         bar = trace.get("colorbar") if isinstance(trace, dict) else None
