@@ -31,9 +31,33 @@ def test_templates_held_in_names_and_axis_titles_are_found():
     source = ('LATE = "it stopped" if r > 1 else "it falls"\n'
               'CASES = {True: "met {x}", False: "not met {x}"}\n'
               'OTHER = "never printed"\n'
-              'say(LATE)\nsay(CASES[ok], x=1)\nfig = figure("a title", "x label", "y label")\n')
+              'say(LATE)\nsay(CASES[ok], x=1)\nfig = figure("a title", "x label", "y label")\n'
+              'fig.update_layout(title_text="t1", xaxis_title="t2", height=300)\nfig.update_yaxes(title_text="t3")\n'
+              'fig.add_vline(x=1, annotation_text="t4", annotation_position="top")\n')
     assert sorted(t for _, t in extractor().templates(source)) == sorted(
-        ["it stopped", "it falls", "met {x}", "not met {x}", "a title", "x label", "y label"])
+        ["it stopped", "it falls", "met {x}", "not met {x}", "a title", "x label", "y label", "t1", "t2", "t3", "t4"])
+
+
+# keywords whose string is text a reader sees in a figure or a control (not textposition=, hovermode=, ...)
+LABEL_KEYWORDS = ("title", "title_text", "annotation_text", "name", "label", "prefix", "description", "hint")
+
+
+def test_no_figure_or_control_label_escapes_the_catalog():
+    """Every string literal given as a title, an annotation, a trace's name or a control's label, in the helpers
+    and the notebooks' code, is an extracted template: else an edition shows it in English (03's calculator title
+    and 02's figure titles once did)."""
+    import ast
+
+    ex = extractor()
+    ids = {m.id for m in ex.extract() if m.id}
+    escaped = []
+    for where, source in ex.sources():
+        for node in ast.walk(ast.parse(source)):
+            for k in getattr(node, "keywords", []) if isinstance(node, ast.Call) else []:
+                text = ex._text(k.value)
+                if (k.arg or "").endswith(LABEL_KEYWORDS) and text and any(c.isalpha() for c in text) and text not in ids:
+                    escaped.append(f"{where}:{node.lineno} {k.arg}={text!r}")
+    assert not escaped, escaped
 
 
 def test_templates_reads_claims_and_measure_checked_tuples():
@@ -149,9 +173,10 @@ def test_labels_written_straight_into_a_figure_are_looked_up(hindi):
         write_po(f, po)
     messages.catalog.cache_clear()
     fig = {"data": [{"name": "cached"}, {"name": "3 layers"}],
-           "layout": {"yaxis2": {"title": {"text": "speed-up"}}, "annotations": [{"text": "cached"}]}}
+           "layout": {"yaxis2": {"title": {"text": "speed-up"}}, "annotations": [{"text": "cached"}], "title": "cached"}}
     plotting.edition_labels(fig)
     assert [t["name"] for t in fig["data"]] == ["cached (हिंदी)", "3 layers"]     # a formatted label stays
+    assert fig["layout"]["title"] == {"text": "cached (हिंदी)"}                   # update_layout(title_text=...)
     assert fig["layout"]["yaxis2"]["title"]["text"] == "तेज़ी"
     assert fig["layout"]["annotations"][0]["text"] == "cached (हिंदी)"
 
@@ -159,12 +184,24 @@ def test_labels_written_straight_into_a_figure_are_looked_up(hindi):
 def test_urdu_runs_right_to_left_and_its_figure_labels_are_isolates(monkeypatch):
     monkeypatch.setenv(messages.EDITION_ENV, "ur")
     assert messages.direction() == "rtl" and messages.direction("hi") == "ltr"
-    fig = {"layout": {"title": {"text": "KV cache کا سائز<br>دوسری line"}, "xaxis": {"title": {"text": "tokens"}}},
+    fig = {"layout": {"title": {"text": "KV cache کا سائز<br>دوسری line<br>32 layers"}, "xaxis": {"title": {"text": "tokens"}}},
            "data": [{"name": "cached", "text": ["12 ms"]}]}
     assert messages.isolate_rtl(fig) is fig
-    assert fig["layout"]["title"]["text"] == "\u2067KV cache کا سائز\u2069<br>\u2067دوسری line\u2069"
+    assert fig["layout"]["title"]["text"] == "\u2067KV cache کا سائز\u2069<br>\u2067دوسری line\u2069<br>32 layers"
     assert fig["layout"]["xaxis"]["title"]["text"] == "tokens" and fig["data"][0]["text"] == ["12 ms"]
     assert messages.isolate_rtl(fig) == fig                        # isolated once, not twice
+    assert messages.isolate_rtl(messages.isolate_rtl(["32 layers<br>کا سائز"])) == ["32 layers<br>\u2067کا سائز\u2069"]
+
+
+def test_a_urdu_slider_reads_its_value_inside_its_label():
+    """plotly.js writes prefix + value + suffix as one text: closed in the prefix, the isolate left the value on
+    the far side of the Urdu label (at its start, for a reader going right to left)."""
+    slider = {"currentvalue": {"prefix": "users (ہر step x2): "}, "steps": [{"label": "1"}]}
+    messages.isolate_rtl(slider)
+    assert slider["currentvalue"] == {"prefix": "\u2067users (ہر step x2): ", "suffix": "\u2069"}
+    english = {"currentvalue": {"prefix": "users: "}}
+    assert messages.isolate_rtl(english) == {"currentvalue": {"prefix": "users: "}}
+    assert messages.isolate_rtl(slider)["currentvalue"]["suffix"] == "\u2069"            # once, not twice
 
 
 def test_say_prints_urdu_as_a_right_to_left_block_with_its_fields_left_to_right(monkeypatch):

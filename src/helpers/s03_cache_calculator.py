@@ -76,7 +76,7 @@ def _line_name(label: str, v: KVArchitecture, own: bool) -> str:
 
 def calculator_figure(archs: Sequence[KVArchitecture], dtypes: Sequence[str], users_values: Sequence[int],
                       tokens_range: tuple[int, int] = (128, 131_072), active_arch: int = 0, active_dtype: int = 0,
-                      active_users: int = 0, title: str = "How big the cache is"):
+                      active_users: int = 0, title: str | None = None):
     """The static calculator: cache against tokens per user, with the model's weights for scale.
 
     Three controls that never undo each other, because each changes a different attribute: the architecture
@@ -86,6 +86,7 @@ def calculator_figure(archs: Sequence[KVArchitecture], dtypes: Sequence[str], us
     """
     if not archs or not dtypes or not users_values:
         raise ValueError("calculator_figure needs at least one architecture, one dtype and one users value.")
+    title = message("How big the cache is") if title is None else title
     lo, hi = tokens_range
     per_octave = 4
     steps = int(round(math.log2(hi / lo) * per_octave))

@@ -76,13 +76,20 @@ def isolate_rtl(item):
     """A figure's right-to-left labels (Urdu) made bidi isolates that run right to left, line by line, in place.
 
     SVG text runs left to right: a label such as "KV cache کا سائز" would show its English term on the left, where
-    an Urdu reader ends. Each line between RLI and PDI (U+2067, U+2069) is laid out right to left as one unit.
+    an Urdu reader ends. Each line between RLI and PDI (U+2067, U+2069) is laid out right to left as one unit; a line
+    with no Urdu in it ("32 layers, head dim 64" under an Urdu title) stays as it is, left to right.
     ``item``: a figure's dictionary, or any part of it; returned.
     """
+    prefix = item.get("prefix") if isinstance(item, dict) else None
+    if isinstance(prefix, str) and ARABIC.search(prefix) and not prefix.startswith("\u2067"):
+        # a slider's current value: plotly.js writes prefix + value + suffix as one text, so the isolate opens
+        # in the prefix and closes in the suffix, and the value is read where the Urdu label puts it
+        item["prefix"], item["suffix"] = "\u2067" + prefix, (item.get("suffix") or "") + "\u2069"
     items = item.items() if isinstance(item, dict) else enumerate(item) if isinstance(item, list) else ()
     for key, value in items:
-        if isinstance(value, str) and ARABIC.search(value) and not value.startswith("\u2067"):
-            item[key] = "<br>".join(f"\u2067{line}\u2069" for line in value.split("<br>"))
+        if isinstance(value, str) and ARABIC.search(value):
+            item[key] = "<br>".join(f"\u2067{line}\u2069" if ARABIC.search(line) and not line.startswith("\u2067")
+                                    else line for line in value.split("<br>"))     # a Latin line stays as it is
         else:
             isolate_rtl(value)
     return item
