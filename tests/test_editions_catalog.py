@@ -173,10 +173,10 @@ def test_labels_written_straight_into_a_figure_are_looked_up(hindi):
         write_po(f, po)
     messages.catalog.cache_clear()
     fig = {"data": [{"name": "cached"}, {"name": "3 layers"}],
-           "layout": {"yaxis2": {"title": {"text": "speed-up"}}, "annotations": [{"text": "cached"}], "title": "cached"}}
+           "layout": {"yaxis2": {"title": {"text": "speed-up"}}, "annotations": [{"text": "cached"}], "title": {"text": "cached"}}}
     plotting.edition_labels(fig)
     assert [t["name"] for t in fig["data"]] == ["cached (हिंदी)", "3 layers"]     # a formatted label stays
-    assert fig["layout"]["title"] == {"text": "cached (हिंदी)"}                   # update_layout(title_text=...)
+    assert fig["layout"]["title"]["text"] == "cached (हिंदी)"                    # update_layout(title_text=...)
     assert fig["layout"]["yaxis2"]["title"]["text"] == "तेज़ी"
     assert fig["layout"]["annotations"][0]["text"] == "cached (हिंदी)"
 

@@ -139,9 +139,8 @@ def _wrap_step_titles(layout: dict) -> None:
 def edition_labels(fig_dict: dict) -> None:
     """Labels written straight into a trace or the layout, in the edition's words.
 
-    :func:`figure` looks its title and axis titles up itself; a trace's ``name="cached"``, a subplot's title,
-    ``update_layout(title_text=...)`` or ``yaxis2=dict(title="speed-up")`` reach plotly as plain strings, so they
-    are looked up here, as the same
+    :func:`figure` looks its titles up itself; a trace's ``name="cached"``, a subplot's title, ``title_text=`` or
+    ``yaxis2=dict(title="speed-up")`` reach plotly as plain strings, so they are looked up here, as the same
     templates (without fields) that ``scripts/extract-messages`` collects. A label already formatted from a
     template with fields (``message(...)``) is not in the catalog and stays as it is.
     """
@@ -153,8 +152,6 @@ def edition_labels(fig_dict: dict) -> None:
         if isinstance(trace.get("name"), str):
             trace["name"] = words.get(trace["name"], trace["name"])
     axes = [v for k, v in layout.items() if k.startswith(("xaxis", "yaxis")) and isinstance(v, dict)]
-    if isinstance(layout.get("title"), str):
-        layout["title"] = {"text": layout["title"]}
     titled = [layout.get("title")] + [a.get("title") for a in axes] + [a for a in layout.get("annotations", []) or []]
     for item in titled:
         if isinstance(item, dict) and isinstance(item.get("text"), str):
