@@ -55,7 +55,8 @@ def test_no_figure_or_control_label_escapes_the_catalog():
         for node in ast.walk(ast.parse(source)):
             for k in getattr(node, "keywords", []) if isinstance(node, ast.Call) else []:
                 text = ex._text(k.value)
-                if (k.arg or "").endswith(LABEL_KEYWORDS) and text and any(c.isalpha() for c in text) and text not in ids:
+                labelled = (k.arg or "").endswith(LABEL_KEYWORDS) and text and any(c.isalpha() for c in text)
+                if labelled and text not in ids:
                     escaped.append(f"{where}:{node.lineno} {k.arg}={text!r}")
     assert not escaped, escaped
 
@@ -173,10 +174,11 @@ def test_labels_written_straight_into_a_figure_are_looked_up(hindi):
         write_po(f, po)
     messages.catalog.cache_clear()
     fig = {"data": [{"name": "cached"}, {"name": "3 layers"}],
-           "layout": {"yaxis2": {"title": {"text": "speed-up"}}, "annotations": [{"text": "cached"}], "title": {"text": "cached"}}}
+           "layout": {"yaxis2": {"title": {"text": "speed-up"}}, "annotations": [{"text": "cached"}],
+                      "title": {"text": "cached"}}}
     plotting.edition_labels(fig)
     assert [t["name"] for t in fig["data"]] == ["cached (हिंदी)", "3 layers"]     # a formatted label stays
-    assert fig["layout"]["title"]["text"] == "cached (हिंदी)"                    # update_layout(title_text=...)
+    assert fig["layout"]["title"]["text"] == "cached (हिंदी)"          # update_layout(title_text=...)
     assert fig["layout"]["yaxis2"]["title"]["text"] == "तेज़ी"
     assert fig["layout"]["annotations"][0]["text"] == "cached (हिंदी)"
 
@@ -184,13 +186,16 @@ def test_labels_written_straight_into_a_figure_are_looked_up(hindi):
 def test_urdu_runs_right_to_left_and_its_figure_labels_are_isolates(monkeypatch):
     monkeypatch.setenv(messages.EDITION_ENV, "ur")
     assert messages.direction() == "rtl" and messages.direction("hi") == "ltr"
-    fig = {"layout": {"title": {"text": "KV cache کا سائز<br>دوسری line<br>32 layers"}, "xaxis": {"title": {"text": "tokens"}}},
+    fig = {"layout": {"title": {"text": "KV cache کا سائز<br>دوسری line<br>32 layers"},
+                      "xaxis": {"title": {"text": "tokens"}}},
            "data": [{"name": "cached", "text": ["12 ms"]}]}
     assert messages.isolate_rtl(fig) is fig
-    assert fig["layout"]["title"]["text"] == "\u2067KV cache کا سائز\u2069<br>\u2067دوسری line\u2069<br>32 layers"
+    assert fig["layout"]["title"]["text"] == ("\u2067KV cache کا سائز\u2069<br>\u2067دوسری line\u2069"
+                                              "<br>32 layers")
     assert fig["layout"]["xaxis"]["title"]["text"] == "tokens" and fig["data"][0]["text"] == ["12 ms"]
     assert messages.isolate_rtl(fig) == fig                        # isolated once, not twice
-    assert messages.isolate_rtl(messages.isolate_rtl(["32 layers<br>کا سائز"])) == ["32 layers<br>\u2067کا سائز\u2069"]
+    twice = messages.isolate_rtl(messages.isolate_rtl(["32 layers<br>کا سائز"]))
+    assert twice == ["32 layers<br>\u2067کا سائز\u2069"]                  # a Latin first line, then Urdu: once too
 
 
 def test_a_urdu_slider_reads_its_value_inside_its_label():
