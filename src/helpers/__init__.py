@@ -10,7 +10,8 @@ Infrastructure (``helpers.infra``): a change here means a review of every notebo
 * :mod:`helpers.infra.measure`   timing with warm-up and medians (one case or several in turn), peak memory, progress bars
 * :mod:`helpers.infra.claims`    the chapter's empirical claims: asserted on the default model, reported on others
 * :mod:`helpers.infra.messages`  printed sentences as templates with named fields (what editions translate)
-* :mod:`helpers.infra.controls`  live ipywidgets controls, ``say``: prose from measured values
+* :mod:`helpers.infra.controls`  live ipywidgets controls, ``say``: a one-line sentence with measured values
+* :mod:`helpers.infra.tables`    small tables of this run's numbers, and this run's beside the chapter's
 * :mod:`helpers.infra.plotting`  the figure style, the static (kernel-free) slider figure
 * :mod:`helpers.infra.chapter`   the chapter's reference architecture and every number it quotes
 * :mod:`helpers.infra.corpus`    the text perplexity and distillation read
