@@ -25,6 +25,14 @@ def test_table_labels_its_columns_and_indexes_by_one():
 
 def test_the_labels_given_to_either_table_are_extracted_as_templates():
     source = ('beside_chapter({"the knee": (k, 16), "gap {n}": (g, None)}, n=1)\n'
-              'table({"batch": b, "step (ms)": s}, index="batch")\n')
+              'table({"batch": b, "step (ms)": s}, index="batch")\n'
+              'table({"scheme": ["int8", "int4"], "error": e}, index="scheme")\n')
     found = [t for _, t in load("extract-messages").templates(source)]
-    assert sorted(found) == sorted(["the knee", "gap {n}", "batch", "step (ms)", "batch"])
+    assert sorted(found) == sorted(["the knee", "gap {n}", "batch", "step (ms)", "batch",
+                                    "scheme", "error", "scheme", "int8", "int4"])
+
+
+def test_a_tables_row_labels_are_looked_up_in_the_editions_catalog(monkeypatch):
+    monkeypatch.setattr(tables, "translated", lambda t: {"decimal GB": "दशमलव GB"}.get(t, t))
+    df = tables.table({"assumption": ["decimal GB", "GiB"], "tokens": [1, 2]}, index="assumption")
+    assert list(df.index) == ["दशमलव GB", "GiB"]

@@ -2,7 +2,8 @@
 
 A measurement that needs many numbers is a table, not a paragraph of fields. Two shapes:
 
-* :func:`table`: columns of values under labelled headers, ``table({"batch": batches, "step (ms)": ms})``;
+* :func:`table`: columns of values under labelled headers, ``table({"batch": batches, "step (ms)": ms})``, rows
+  labelled by the ``index`` column (``table({"scheme": ["int8", "int4"], "error": e}, index="scheme")``);
 * :func:`beside_chapter`: one row per quantity, this run's value beside the chapter's::
 
       beside_chapter({"throughput, batch 1 to {knee}": (thr, chapter.S4_THROUGHPUT_1_TO_16, "{:.1f}x")},
@@ -19,7 +20,7 @@ from typing import Callable, Mapping, Sequence
 
 import pandas as pd
 
-from .messages import fields_of, message
+from .messages import fields_of, message, translated
 
 DASH = "—"
 
@@ -37,9 +38,14 @@ def _cell(value, fmt: str | Callable | None) -> str:
 
 
 def table(columns: Mapping[str, Sequence], index: str | None = None, **fields) -> pd.DataFrame:
-    """A DataFrame whose column headers are templates (translated); ``index`` names the column to index by."""
+    """A DataFrame whose column headers are templates (translated). ``index`` names the column to index by; its
+    values, where they are text, are row labels, translated too (written as a list literal, they are extracted)."""
     df = pd.DataFrame({_label(k, fields): list(v) for k, v in columns.items()})
-    return df.set_index(_label(index, fields)) if index else df
+    if not index:
+        return df
+    key = _label(index, fields)
+    df[key] = [translated(v) if isinstance(v, str) else v for v in df[key]]
+    return df.set_index(key)
 
 
 def beside_chapter(rows: Mapping[str, tuple], **fields) -> pd.DataFrame:
