@@ -33,6 +33,14 @@ def test_the_labels_given_to_either_table_are_extracted_as_templates():
 
 
 def test_a_tables_row_labels_are_looked_up_in_the_editions_catalog(monkeypatch):
-    monkeypatch.setattr(tables, "translated", lambda t: {"decimal GB": "दशमलव GB"}.get(t, t))
+    monkeypatch.setattr(tables, "catalog", lambda name: {"decimal GB": "दशमलव GB"})
     df = tables.table({"assumption": ["decimal GB", "GiB"], "tokens": [1, 2]}, index="assumption")
     assert list(df.index) == ["दशमलव GB", "GiB"]
+    two = tables.table({"card": [8, 16], "model": ["7B", "decimal GB"], "tokens": [1, 2]}, index=["card", "model"])
+    assert list(two.index) == [(8, "7B"), (16, "दशमलव GB")]
+
+
+def test_a_list_of_index_columns_has_its_row_labels_extracted():
+    source = 'table({"card": [8, 16], "model": ["7B", "13B"], "n": n}, index=["card", "model"])\n'
+    found = [t for _, t in load("extract-messages").templates(source)]
+    assert sorted(found) == sorted(["card", "model", "n", "card", "model", "7B", "13B"])

@@ -20,7 +20,7 @@ from typing import Callable, Mapping, Sequence
 
 import pandas as pd
 
-from .messages import fields_of, message, translated
+from .messages import catalog, edition, fields_of, message
 
 DASH = "—"
 
@@ -37,15 +37,20 @@ def _cell(value, fmt: str | Callable | None) -> str:
     return fmt(value) if callable(fmt) else fmt.format(value)
 
 
-def table(columns: Mapping[str, Sequence], index: str | None = None, **fields) -> pd.DataFrame:
-    """A DataFrame whose column headers are templates (translated). ``index`` names the column to index by; its
-    values, where they are text, are row labels, translated too (written as a list literal, they are extracted)."""
+def table(columns: Mapping[str, Sequence], index: str | Sequence[str] | None = None, **fields) -> pd.DataFrame:
+    """A DataFrame whose column headers are templates (translated), indexed by the ``index`` column (or columns).
+
+    An index column's text values are row labels: where the edition's catalog has one, it is shown translated
+    (written as a list literal in the call, they are extracted into the catalog; a name such as "7B" stays).
+    """
     df = pd.DataFrame({_label(k, fields): list(v) for k, v in columns.items()})
     if not index:
         return df
-    key = _label(index, fields)
-    df[key] = [translated(v) if isinstance(v, str) else v for v in df[key]]
-    return df.set_index(key)
+    keys = [_label(i, fields) for i in ([index] if isinstance(index, str) else index)]
+    found = catalog(edition())
+    for key in keys:
+        df[key] = [found.get(v, v) if isinstance(v, str) else v for v in df[key]]
+    return df.set_index(keys[0] if isinstance(index, str) else keys)
 
 
 def beside_chapter(rows: Mapping[str, tuple], **fields) -> pd.DataFrame:
