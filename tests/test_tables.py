@@ -49,3 +49,8 @@ def test_a_list_of_index_columns_has_its_row_labels_extracted():
 def test_a_row_label_may_name_the_tables_fields():
     df = tables.table({"student": ["first {n} layers", "the teacher"], "kl": [1.0, 0.0]}, index="student", n=10)
     assert list(df.index) == ["first 10 layers", "the teacher"]
+
+
+def test_table_shows_none_as_a_dash():
+    df = tables.table({"model": ["7B", "70B"], "tokens": [12, None]}, index="model")
+    assert df["tokens"].tolist() == [12, "—"]

@@ -40,11 +40,11 @@ def _cell(value, fmt: str | Callable | None) -> str:
 def table(columns: Mapping[str, Sequence], index: str | Sequence[str] | None = None, **fields) -> pd.DataFrame:
     """A DataFrame whose column headers are templates (translated), indexed by the ``index`` column (or columns).
 
-    An index column's text values are row labels: where the edition's catalog has one, it is shown translated
+    ``None`` shows as a dash. An index column's text values are row labels: where the edition's catalog has one, it is shown translated
     (written as a list literal in the call, they are extracted into the catalog; a name such as "7B" stays), and a
     label that names fields (``"first {n} layers"``) is formatted with the keywords.
     """
-    df = pd.DataFrame({_label(k, fields): list(v) for k, v in columns.items()})
+    df = pd.DataFrame({_label(k, fields): [DASH if x is None else x for x in v] for k, v in columns.items()})
     if not index:
         return df
     keys = [_label(i, fields) for i in ([index] if isinstance(index, str) else index)]
