@@ -44,3 +44,8 @@ def test_a_list_of_index_columns_has_its_row_labels_extracted():
     source = 'table({"card": [8, 16], "model": ["7B", "13B"], "n": n}, index=["card", "model"])\n'
     found = [t for _, t in load("extract-messages").templates(source)]
     assert sorted(found) == sorted(["card", "model", "n", "card", "model", "7B", "13B"])
+
+
+def test_a_row_label_may_name_the_tables_fields():
+    df = tables.table({"student": ["first {n} layers", "the teacher"], "kl": [1.0, 0.0]}, index="student", n=10)
+    assert list(df.index) == ["first 10 layers", "the teacher"]

@@ -41,7 +41,8 @@ def table(columns: Mapping[str, Sequence], index: str | Sequence[str] | None = N
     """A DataFrame whose column headers are templates (translated), indexed by the ``index`` column (or columns).
 
     An index column's text values are row labels: where the edition's catalog has one, it is shown translated
-    (written as a list literal in the call, they are extracted into the catalog; a name such as "7B" stays).
+    (written as a list literal in the call, they are extracted into the catalog; a name such as "7B" stays), and a
+    label that names fields (``"first {n} layers"``) is formatted with the keywords.
     """
     df = pd.DataFrame({_label(k, fields): list(v) for k, v in columns.items()})
     if not index:
@@ -49,8 +50,14 @@ def table(columns: Mapping[str, Sequence], index: str | Sequence[str] | None = N
     keys = [_label(i, fields) for i in ([index] if isinstance(index, str) else index)]
     found = catalog(edition())
     for key in keys:
-        df[key] = [found.get(v, v) if isinstance(v, str) else v for v in df[key]]
+        df[key] = [_row_label(v, found, fields) if isinstance(v, str) else v for v in df[key]]
     return df.set_index(keys[0] if isinstance(index, str) else keys)
+
+
+def _row_label(label: str, found: Mapping[str, str], fields: Mapping[str, object]) -> str:
+    if not fields_of(label):
+        return found.get(label, label)
+    return _label(label, fields)
 
 
 def beside_chapter(rows: Mapping[str, tuple], **fields) -> pd.DataFrame:
