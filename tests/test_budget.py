@@ -18,6 +18,15 @@ def test_the_chapters_three_quoted_numbers_are_reproduced_exactly():
         assert budget.fit(16, model, "int8").tokens == quoted
 
 
+def test_quoted_numbers_are_the_chapters_under_its_assumptions_and_miss_under_each_alternative():
+    quoted = (chapter.S10_13B_INT4_8GB[1], chapter.S10_16GB_INT8_TOKENS["7B"], chapter.S10_16GB_INT8_TOKENS["13B"])
+    assert budget.quoted_numbers() == quoted == (337, 65_378, 3_136)
+    for change in (dict(gb=10 ** 9), dict(overhead=0), dict(overhead=budget.GiB), dict(int4_bits=4),
+                   *(dict(params_7b=p) for p in budget.REAL_7B_PARAMS.values())):
+        assert budget.quoted_numbers(**change) != quoted, change
+    assert budget.quoted_numbers(int4_bits=4)[1:] == quoted[1:]      # int4's bits change the int4 entry alone
+
+
 def test_13b_mha_cache_is_800_kib_per_token_against_128_for_the_7b():
     for model, kib in chapter.S10_KIB_PER_TOKEN.items():
         assert budget.MODELS[model].bytes_per_token("fp16") == kib * 1024
@@ -154,3 +163,21 @@ def test_bad_input_to_every_function_gets_one_sentence(call):
         call()
     msg = str(e.value)
     assert "\n" not in msg and msg.endswith(".")
+
+
+def test_the_frontier_figure_shows_the_calculators_users_and_its_menus_switch_card_and_cache():
+    contexts = [512, 4096, 32768]
+    fig = budget.frontier_figure([8, 16], contexts, card=16)
+    shown = {t.name: list(t.y) for t in fig.data if t.visible}
+    want = [u or None for u in budget.frontier(16, "7B", "int8", "fp16", contexts)]
+    assert len(shown) == 9 and shown["7B, int8 weights"] == want
+    cards, kvs = fig.layout.updatemenus
+    assert [b.label for b in cards.buttons] == ["card: 8 GB", "card: 16 GB"] and cards.active == 1
+    int8_ys = next(b for b in kvs.buttons if b.label == "KV cache: int8").args[0]["y"]
+    assert int8_ys[9 + 1] == [u or None for u in budget.frontier(16, "7B", "int8", "int8", contexts)]
+
+
+def test_the_memory_bar_adds_up_to_the_card():
+    f = budget.fit(16, "7B", "int8")
+    fig = budget.memory_bar(16, f, 1000 * f.bytes_per_token)
+    assert abs(sum(t.x[0] for t in fig.data) - 16) < 1e-9 and len(fig.data) == 4

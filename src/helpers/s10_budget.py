@@ -33,8 +33,12 @@ import numbers
 import os
 from dataclasses import dataclass
 
+import plotly.graph_objects as go
+
 from .infra import chapter
+from .infra.messages import message
 from .infra.model import weight_bytes_at
+from .infra.plotting import PALETTE, figure
 from .s03_cache_size import KVArchitecture, SEVEN_B_CLASS, human_bytes
 from .s05_quantization import bits_per_weight
 
@@ -118,6 +122,19 @@ def budget_table(cards=chapter.S10_CARDS_GB, models=tuple(MODELS), formats=("fp1
             for c in cards for m in models for w in formats]
 
 
+def quoted_numbers(gb: int = GiB, overhead: int = RUNTIME_OVERHEAD, int4_bits: float = WEIGHT_BITS["int4"],
+                   params_7b: int | None = None) -> tuple[int, int, int]:
+    """The chapter's three quoted numbers under these assumptions: tokens that fit for the 13B in int4 on 8 GB, and
+    for the 7B and the 13B in int8 on 16 GB. The defaults are the assumptions that reproduce them; change one
+    (decimal GB, another overhead, int4 as 4.0 bits, a real 7B's parameter count) to see what it gives instead."""
+    def tokens(card_gb, model, bits, params=None):
+        arch = MODELS[model]
+        weights = math.ceil(weight_bytes_at(params or arch.params, bits))
+        return tokens_that_fit(card_gb * gb, weights, arch.bytes_per_token(CHAPTER_KV_FORMAT), overhead)
+
+    return tokens(8, "13B", int4_bits), tokens(16, "7B", WEIGHT_BITS["int8"], params_7b), tokens(16, "13B", WEIGHT_BITS["int8"])
+
+
 def users_served(card_gb: float, model: str, weight_format: str, kv_format: str, context: int,
                  overhead: int = RUNTIME_OVERHEAD) -> int:
     """How many users, each holding ``context`` tokens, one card serves at once (the calculator)."""
@@ -134,6 +151,55 @@ def users_served(card_gb: float, model: str, weight_format: str, kv_format: str,
 def frontier(card_gb: float, model: str, weight_format: str, kv_format: str, contexts) -> list[int]:
     """Users served at each context length: the users-against-context frontier (0 where not even one fits)."""
     return [users_served(card_gb, model, weight_format, kv_format, c) for c in contexts]
+
+
+def frontier_figure(cards, contexts, card: float = 16, kv_format: str = CHAPTER_KV_FORMAT,
+                    formats=("fp16", "int8", "int4")) -> go.Figure:
+    """Users served against context per user, one line per (model, weight format), on a log-log plot; two menus
+    that never undo each other: the card (which lines are visible) and the KV cache's format (their y values).
+    Works without a kernel. A line stops where not one user of that context fits."""
+    combos = [(m, w) for m in MODELS for w in formats]
+    dashes = {"fp16": "dot", "int8": "dash", "int4": "solid"}
+
+    def users(c, m, w, kv):
+        f = fit(c, m, w, kv)
+        return [f.tokens // n if f.fits and f.tokens >= n else None for n in contexts]
+
+    ys = {kv: [users(c, m, w, kv) for c in cards for m, w in combos] for kv in KV_FORMATS}
+    fig = figure("Users served against context per user", x="context per user (tokens; k = 1,024)",
+                 y="users served at once")
+    for i, (c, (m, w)) in enumerate((c, combo) for c in cards for combo in combos):
+        fig.add_trace(go.Scatter(x=list(contexts), y=ys[kv_format][i], mode="lines+markers", visible=c == card,
+                                 name=message("{model}, {w} weights", model=m, w=w),
+                                 line=dict(color=PALETTE[list(MODELS).index(m)], dash=dashes[w]),
+                                 hovertemplate="%{y} users at %{x:,} tokens<extra>%{fullData.name}</extra>"))
+    card_menu = [dict(label=message("card: {c} GB", c=c), method="restyle",
+                      args=[{"visible": [k // len(combos) == j for k in range(len(cards) * len(combos))]}])
+                 for j, c in enumerate(cards)]
+    kv_menu = [dict(label=message("KV cache: {kv}", kv=kv), method="restyle", args=[{"y": ys[kv]}])
+               for kv in KV_FORMATS]
+    fig.update_layout(
+        xaxis=dict(type="log", tickvals=list(contexts),
+                   ticktext=[f"{n // 1024}k" if n >= 1024 else str(n) for n in contexts]),
+        yaxis=dict(type="log", range=[0, 3.5]), height=560, hovermode="closest",
+        updatemenus=[dict(type="dropdown", x=0.0, xanchor="left", y=1.08, yanchor="bottom",
+                          active=list(cards).index(card), buttons=card_menu),
+                     dict(type="dropdown", x=1.0, xanchor="right", y=1.08, yanchor="bottom",
+                          active=KV_FORMATS.index(kv_format), buttons=kv_menu)])
+    return fig
+
+
+def memory_bar(card_gb: float, f: Fit, cache_bytes: int) -> go.Figure:
+    """One card's memory as a stacked bar: weights, runtime, the users' KV cache and what is left (the calculator)."""
+    fig = figure("{gb} GB: where the memory goes", x="GiB", y="", fields=dict(gb=card_gb))
+    parts = [(message("weights"), f.weights, PALETTE[7]), (message("runtime"), RUNTIME_OVERHEAD, PALETTE[3]),
+             (message("KV cache of the users"), cache_bytes, PALETTE[0]),
+             (message("left over"), f.memory - f.weights - RUNTIME_OVERHEAD - cache_bytes, "#dddddd")]
+    for name, b, colour in parts:
+        fig.add_trace(go.Bar(orientation="h", y=[""], x=[b / GiB], marker_color=colour,
+                             name=message("{part}: {size}", part=name, size=human_bytes(b))))
+    fig.update_layout(barmode="stack", height=220, margin=dict(t=50, b=30), hovermode="closest")
+    return fig
 
 
 def machine_tokens(memory_bytes: int, weights: int, bytes_per_token: int, overhead: int = RUNTIME_OVERHEAD) -> int:
