@@ -126,7 +126,8 @@ def _write_font_css(app, exception):
     static = Path(app.outdir) / "_static"
     copy_fonts(static / "fonts")
     css = [".mic-editions { font-size: 0.9em; margin-bottom: 1em; text-align: end; }",
-           ".mic-edition-current { font-weight: 600; }"]
+           ".mic-edition-current { font-weight: 600; }",
+           CODE_CSS]
     for code in FONT_FACES:
         css += font_face_css(code, "fonts/")
         css.append(f'.mic-editions [lang="{code}"] {{ font-family: "{SCRIPT_FONTS[code]}", sans-serif; }}')
@@ -181,6 +182,14 @@ def _search_strings(script: Path, edition: str) -> None:
     script.write_text(f"{head}Documentation.addTranslations({json.dumps(table, ensure_ascii=False, indent=1)});{tail}",
                       encoding="utf8")
 
+
+# Code cells (issue 37): the notebooks' code is written 78 columns wide, and at a 1280 px window the theme's code box
+# showed 77.4 columns of its monospace font inside 1 rem of padding on each side. Half a rem leaves room for 79. A
+# solution's cells sit inside its dropdown, whose body is indented 1.4 rem and padded 0.6 rem on each side (73
+# columns were left): the body is not indented, and the cells reach into the padding.
+CODE_CSS = ("div.cell_input pre { padding-inline: 0.5rem; }\n"
+            "div.admonition.solution p.admonition-title ~ * { margin-inline: 0; }\n"
+            "div.solution div.cell_input { margin-inline: -0.6rem; }")
 
 # A right-to-left edition's pages. With dir="rtl" on <html>, the theme's flex rows mirror by themselves (navigation
 # on the right, "on this page" on the left); these rules undo what the theme wrote in left and right, give Nastaliq
