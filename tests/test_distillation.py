@@ -190,3 +190,10 @@ def test_the_perplexity_of_rows_is_section_7s_perplexity_pooled_over_the_rows():
     pooled = math.exp(sum(p.nll for p in one) / 3)           # every row has the same number of tokens
     assert D.perplexity_of_rows(logits, ids) == pytest.approx(pooled, rel=1e-6)
     assert D.perplexity_of_rows(logits, ids) != pytest.approx(one[0].perplexity, rel=1e-3)
+
+
+def test_favours_compares_as_printed_and_knows_which_way_is_better():
+    assert D.favours(0.4142, 0.4138, 3, higher_is_better=True) == "tie"      # both print 41.4 %
+    assert D.favours(0.42, 0.41, 3, higher_is_better=True) == "soft"
+    assert D.favours(10.47, 16.34, 2) == "soft" and D.favours(16.34, 10.47, 2) == "hard"
+    assert D.favours(101.6, 100.4, 0) == "hard" and D.favours(101.4, 100.6, 0) == "tie"

@@ -50,6 +50,15 @@ def top_to_third(probs: torch.Tensor) -> float:
     return float(top[0] / top[2])
 
 
+def favours(soft: float, hard: float, digits: int, higher_is_better: bool = False) -> str:
+    """Which labels a measure favours, compared as printed with ``digits`` after the decimal point: "soft", "hard"
+    or "tie" (a difference the printed numbers do not show is no difference to the reader)."""
+    soft, hard = round(soft, digits), round(hard, digits)
+    if soft == hard:
+        return "tie"
+    return "soft" if (soft > hard) == higher_is_better else "hard"
+
+
 def full_logits_bytes(vocab: int, bytes_per_logit: int = 4) -> int:
     """Bytes to store the teacher's full next-token logits for one token (fp32 by default)."""
     return vocab * bytes_per_logit
