@@ -77,11 +77,11 @@ EXERCISES = ExerciseSet(
     Exercise(
         "2.2", EXPLAIN, answer=_where_the_gap_goes, choices="abc",
         example=dict(roofline_ms=24.5, matmuls_ms=38.0, step_ms=62.0),
-        hint="Read the gap table: the roofline row, then the two rows of time above it.",
+        hint="Read the gap table: the roofline, then the two parts of the time above it.",
         mistakes=[
-            Mistake("Compare the two rows above the roofline in the gap table: which of them is longer?",
+            Mistake("Compare the two parts of the gap table above the roofline: which of them is longer?",
                     lambda **f: "a"),
-            Mistake("Compare the whole step with the roofline row: is the step within a quarter of it?",
+            Mistake("Hold the whole step against the roofline: does it take at most 1.25 times as long?",
                     lambda **f: "c"),
         ]),
     Exercise(
