@@ -213,3 +213,64 @@ def test_prefill_agreement_known_values():
     assert got == pytest.approx({16: 1.5, 1024: 1.0})                # fastest runs, larger over smaller
     with pytest.raises(ValueError):
         phases.prefill_agreement(rows, [mk(128, 0.5)])                # no length in common
+
+
+# --------------------------------------------------------------------------- the claims read off the timings
+
+
+def _fields_used(check):
+    """Every field a check passes is one its statement or evidence names, and every named field is passed."""
+    from helpers.infra.messages import fields_of
+    holds, statement, evidence, fields = check
+    return set(fields) == fields_of(statement) | fields_of(evidence)
+
+
+def test_split_checks_reads_the_fastest_repeats():
+    from helpers.infra.measure import Timing
+    split = {"prefill": Timing(0.1, [0.1, 0.08]), "decode": Timing(0.06, [0.06, 0.05])}   # 2 ms a token, 50 ms
+    (holds, _, _, fields), = phases.split_checks(split, 40).values()
+    assert holds and fields["ratio"] == pytest.approx(25.0)
+    slow_prefill = {**split, "prefill": Timing(0.8, [0.8])}                               # 20 ms a token: 2.5x
+    assert not phases.split_checks(slow_prefill, 40)["split"][0]
+    assert _fields_used(phases.split_checks(split, 40)["split"])
+
+
+def _ttft(p, times):
+    return phases.TTFTRow(p, [phases.Stream(p, list(range(len(times))), times)])
+
+
+def test_prefill_checks_known_values():
+    rows = [phases.PrefillRow(16, 0.04, 0.0, 0.032, (0.032, 0.04)),             # 2 ms a token
+            phases.PrefillRow(1024, 1.2, 0.0, 1.024, (1.024, 1.2))]             # 1 ms a token
+    streamed = [_ttft(16, [0.03, 0.08, 0.13]), _ttft(1024, [1.1, 1.16, 1.22])]   # 20 and 16.7 tokens/s
+    checks = phases.prefill_checks((rows, streamed))
+    assert all(c[0] for c in checks.values()) and all(_fields_used(c) for c in checks.values())
+    assert checks["falls"][3]["first"] == pytest.approx(2.0) and checks["falls"][3]["best"] == pytest.approx(1.0)
+    assert checks["agree"][3]["p"] == 1024 and checks["agree"][3]["apart"] == pytest.approx(1.1 / 1.024)
+    assert checks["ttft"][3]["growth"] == pytest.approx(1.1 / 0.03)
+    assert checks["rate"][3]["rate"] == pytest.approx(0.05 / 0.06)
+    late = [streamed[0], _ttft(1024, [2.0, 2.2, 2.4])]                      # 1.95x apart, a third of the pace
+    failed = phases.prefill_checks((rows, late))
+    assert not failed["agree"][0] and not failed["rate"][0] and failed["ttft"][0]
+    flat = [rows[0], phases.PrefillRow(1024, 3.0, 0.0, 2.048, (2.048,))]       # 2 ms a token throughout
+    assert not phases.prefill_checks((flat, streamed))["falls"][0]
+
+
+def test_pool_prefill_and_stream_keeps_every_run():
+    rows = [phases.PrefillRow(16, 0.04, 0.0, 0.04, (0.04,))]
+    a = (rows, [_ttft(16, [0.03, 0.08])])
+    b = ([phases.PrefillRow(16, 0.03, 0.0, 0.03, (0.03,))], [_ttft(16, [0.02, 0.06])])
+    pooled_rows, pooled_ttft = phases.pool_prefill_and_stream(a, b)
+    assert pooled_rows[0].times == (0.04, 0.03) and pooled_rows[0].fastest == 0.03
+    assert pooled_ttft[0].streams == a[1][0].streams + b[1][0].streams and pooled_ttft[0].fastest_ttft == 0.02
+    with pytest.raises(ValueError):
+        phases.pool_prefill_and_stream(a, (b[0], [_ttft(32, [0.02, 0.06])]))
+
+
+def test_decode_checks_known_values():
+    rows = [phases.DecodeRow(16, 0.06, 0.0, 8, 100, 0.05), phases.DecodeRow(1024, 0.07, 0.0, 8, 6400, 0.06)]
+    (holds, _, _, fields), = phases.decode_checks(rows).values()
+    assert holds and (fields["low"], fields["high"], fields["t_low"], fields["t_high"]) == (16, 1024, 50.0, 60.0)
+    assert _fields_used(phases.decode_checks(rows)["flat"])
+    rows[-1] = phases.DecodeRow(1024, 0.09, 0.0, 8, 6400, 0.08)              # 1.6x: not flat
+    assert not phases.decode_checks(rows)["flat"][0]

@@ -154,3 +154,16 @@ def test_stream_reader_reads_the_bytes_it_reports(kind):
     # a buffer of ones: the sum is its length, each row of the product is the row length
     assert float(out.sum() if kind == "gemv" else out) == nbytes // 4
 
+
+
+def test_gap_checks_known_values():
+    from test_phases import _fields_used
+    parts = {"stream": Timing(0.06, [0.06, 0.05]), "matmuls": Timing(0.07, [0.06, 0.07]),
+             "step": Timing(0.1, [0.09, 0.1])}
+    checks = roofline.gap_checks(parts, 10**9, 11 * 10**8)          # 20 GB/s: the roofline is 55 ms
+    assert checks["roof"][0] and checks["step"][0] and all(_fields_used(c) for c in checks.values())
+    assert checks["roof"][3]["roof_ms"] == pytest.approx(55.0) and checks["roof"][3]["matmuls_ms"] == pytest.approx(60)
+    faster = {**parts, "matmuls": Timing(0.04, [0.04])}             # 40 ms: under 80 % of the roofline
+    assert not roofline.gap_checks(faster, 10**9, 11 * 10**8)["roof"][0]
+    slower = {**parts, "matmuls": Timing(0.095, [0.095])}           # the products alone slower than the step
+    assert not roofline.gap_checks(slower, 10**9, 11 * 10**8)["step"][0]

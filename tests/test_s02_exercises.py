@@ -1,5 +1,6 @@
 """Section 2's exercise checkers against the section's own helpers: 2.1's floor is the roofline of a decode step,
-2.3's prompt length is where the section's prefill intensity meets the ridge, 2.4's batch of one is 2.1's floor."""
+2.2's letter follows the gap's timings, 2.3's prompt length is where the section's prefill intensity meets the
+ridge, 2.4's batch of one is 2.1's floor."""
 import math
 
 from helpers import s01_attention as attention, s02_roofline as roofline
@@ -31,7 +32,8 @@ def test_the_ridge_length_is_where_the_sections_prefill_meets_the_ridge():
 
 
 def test_the_letter_of_2_2_follows_the_run():
-    e = EXERCISES["2.2"].example
-    assert EXERCISES.verdict("2.2", "a", **e).right
-    assert EXERCISES.verdict("2.2", "b", **{**e, "bandwidth_share": 0.01, "compute_share": 0.6}).right
-    assert EXERCISES.verdict("2.2", "c", **{**e, "step_1024_ms": 3 * e["step_16_ms"]}).right
+    e = EXERCISES["2.2"].example                       # 24.5 ms roofline, 13.5 ms of kernels' shortfall, 24 ms else
+    assert EXERCISES.verdict("2.2", "b", **e).right
+    assert EXERCISES.verdict("2.2", "a", **{**e, "matmuls_ms": 50.0}).right          # 25.5 ms shortfall, 12 ms else
+    assert EXERCISES.verdict("2.2", "c", **{**e, "step_ms": 1.25 * e["roofline_ms"]}).right    # at the limit: c
+    assert not EXERCISES.verdict("2.2", "c", **{**e, "step_ms": 1.26 * e["roofline_ms"]}).right

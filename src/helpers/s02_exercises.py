@@ -1,11 +1,11 @@
-"""Section 2's exercises and their checkers: a decode step's floor, why decode is slow, where prefill meets the
-ridge, the roofline of a batch.
+"""Section 2's exercises and their checkers: a decode step's floor, where a step's time goes, where prefill meets
+the ridge, the roofline of a batch.
 
 Notebook 02 ends with these; ``check("2.1", answer, **facts)`` judges an answer against the right one,
 computed from the facts the notebook passes in (:mod:`helpers.infra.exercises`).
 
 * 2.1 predict, then measure: the least time a decode step at 1,024 tokens of context can take on this machine.
-* 2.2 explain: what this run's numbers say makes a generated token cost so many prompt tokens (a letter).
+* 2.2 explain: where a decode step's time above its roofline goes, and what would win it back (a letter).
 * 2.3 predict: the prompt length at which a prefill's arithmetic intensity reaches this machine's ridge.
 * 2.4 change the code: ``decode_floor_ms``, the roofline of one decode step for a batch of users.
 """
@@ -24,12 +24,12 @@ def _floor_ms(weights_bytes, cache_bytes, bandwidth):
     return 1e3 * roofline_seconds(weights_bytes + cache_bytes, bandwidth)
 
 
-def _why_decode(bandwidth_share, compute_share, step_16_ms, step_1024_ms):
-    """2.2's letter: (c) when a 64x longer cache more than doubled the step, else whichever roof decode runs closer
-    to: (a) bandwidth, (b) arithmetic."""
-    if step_1024_ms > 2 * step_16_ms:
+def _where_the_gap_goes(roofline_ms, matmuls_ms, step_ms):
+    """2.2's letter: (c) when the step takes at most 1.25x its roofline; else the larger part of the time above it:
+    (a) the matrix-vector kernels' shortfall (matmuls - roofline), (b) everything else (step - matmuls)."""
+    if step_ms <= 1.25 * roofline_ms:
         return "c"
-    return "a" if bandwidth_share > compute_share else "b"
+    return "a" if matmuls_ms - roofline_ms > step_ms - matmuls_ms else "b"
 
 
 def _ridge_tokens(peak, bandwidth, weights_bytes, weight_macs):
@@ -75,13 +75,13 @@ EXERCISES = ExerciseSet(
                     lambda **f: _floor_ms(**f) / 1e3),
         ]),
     Exercise(
-        "2.2", EXPLAIN, answer=_why_decode, choices="abc",
-        example=dict(bandwidth_share=0.49, compute_share=0.028, step_16_ms=62.2, step_1024_ms=87.0),
-        hint="Read three numbers: the two shares above the roofline chart and Table B's step at 16 and 1,024 tokens.",
+        "2.2", EXPLAIN, answer=_where_the_gap_goes, choices="abc",
+        example=dict(roofline_ms=24.5, matmuls_ms=38.0, step_ms=62.0),
+        hint="Read the gap table: the roofline, then the two parts of the time above it.",
         mistakes=[
-            Mistake("Compare the step's share of the bandwidth limit with its share of the peak arithmetic, both "
-                    "printed above the roofline chart.", lambda **f: "b"),
-            Mistake("Read Table B: how much longer did a step get when its cache grew 64-fold?",
+            Mistake("Compare the two parts of the gap table above the roofline: which of them is longer?",
+                    lambda **f: "a"),
+            Mistake("Hold the whole step against the roofline: does it take at most 1.25 times as long?",
                     lambda **f: "c"),
         ]),
     Exercise(

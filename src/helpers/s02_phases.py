@@ -9,15 +9,13 @@
 :func:`prefill_sweep` and :func:`decode_sweep` time both phases (tables A and
 B); :func:`stream_reply` and :func:`ttft_sweep` stream a reply token by token to
 time the two numbers every serving system reports, time to first token and
-tokens per second. Why the phases differ, the memory bus and the roofline, is
-:mod:`helpers.s02_roofline`.
+tokens per second. The ``*_checks`` functions read the section's claims off those
+timings, for :func:`helpers.measure_checked`. Why the phases differ, the memory
+bus and the roofline, is :mod:`helpers.s02_roofline`.
 
-Timings are interleaved (:func:`helpers.infra.measure.interleaved_medians`, the one
-"warm up, repeat, take the median" loop): every round times each case once, in turn, so a burst
-of load from another process hits all cases alike and the *ratios* between
-them survive a noisy machine. Rows report the median and the fastest repeat:
-noise only ever adds time, so on a shared machine the fastest repeat is the
-least disturbed estimate. Every clock reading goes through
+Timings are interleaved (:func:`helpers.infra.measure.interleaved_medians`): each round times every case once, so
+a burst of load hits all alike and their *ratios* survive a noisy machine. Rows report the median and the fastest
+repeat: noise only adds time, so the fastest repeat is the least disturbed. Clocks read
 :func:`helpers.infra.measure.now`, which waits for a GPU to finish first.
 """
 from __future__ import annotations
@@ -295,3 +293,57 @@ def ttft_sweep(model, base_ids: torch.Tensor, prompt_lengths: Sequence[int], n_n
         for p in prompt_lengths:
             rows[p].streams.append(stream_reply(model, prompt_of_length(base_ids, p), n_new))
     return [rows[p] for p in prompt_lengths]
+
+
+# --------------------------------------------------------------------------- the claims read off the timings
+# Each returns {name: (holds, statement, evidence, fields)} for helpers.measure_checked, read off the fastest runs.
+
+
+def split_checks(split: Mapping[str, Timing], prompt_tokens: int) -> dict[str, tuple]:
+    """The fast run's phases timed in turns (``{"prefill": ..., "decode": ...}``): a step costs over 3 prompt tokens."""
+    ratio = split["decode"].min / (split["prefill"].min / prompt_tokens)
+    return {"split": (ratio > 3, "a decode step costs several times (over 3x) a prompt token",
+                      "{ratio:.1f}x on the fastest repeats", dict(ratio=ratio))}
+
+
+def prefill_checks(result: tuple[Sequence[PrefillRow], Sequence[TTFTRow]], agree: float = 1.5,
+                   keep: float = 2 / 3) -> dict[str, tuple]:
+    """Table A and the streamed replies (:func:`prefill_sweep`, :func:`ttft_sweep`): the per-token cost falls over
+    1.5x from the shortest prompt to the cheapest; the two imply the same per-token cost within ``agree``; TTFT grows
+    over 3x from the shortest prompt to the longest, while the rate keeps over ``keep`` of its pace."""
+    rows, streamed = result
+    per_token = [r.fastest_ms_per_token for r in rows]
+    apart = prefill_agreement(rows, streamed)
+    worst = max(apart, key=apart.get)
+    low, high = streamed[0], streamed[-1]
+    growth = high.fastest_ttft / low.fastest_ttft
+    rate = high.fastest_tokens_per_second / low.fastest_tokens_per_second
+    ends = dict(low=low.prompt_tokens, high=high.prompt_tokens)
+    return {"falls": (per_token[0] > 1.5 * min(per_token), "per-token prefill cost falls over 1.5x from {shortest:,} "
+                      "tokens to the cheapest length", "{first:.2f} ms per token at {shortest:,}, {best:.2f} at best",
+                      dict(shortest=rows[0].tokens, first=per_token[0], best=min(per_token))),
+            "agree": (apart[worst] < agree, "Table A and the time to first token imply the same prefill cost per "
+                      "prompt token, within {agree}x", "{apart:.2f}x apart at {p:,} tokens, fastest runs",
+                      dict(agree=agree, apart=apart[worst], p=worst)),
+            "ttft": (growth > 3, "time to first token grows over 3x from {low:,} to {high:,} prompt tokens",
+                     "{growth:.0f}x", dict(growth=growth, **ends)),
+            "rate": (rate > keep, "the streaming rate keeps over {keep:.0%} of its pace from {low:,} to {high:,} "
+                     "prompt tokens", "{rate:.2f}x on the fastest steps", dict(keep=keep, rate=rate, **ends))}
+
+
+def pool_prefill_and_stream(earlier: tuple, fresh: tuple) -> tuple[list[PrefillRow], list[TTFTRow]]:
+    """Pool two ``(prefill rows, TTFT rows)`` measurements (``combine`` for :func:`prefill_checks`'s claims)."""
+    if [r.prompt_tokens for r in earlier[1]] != [r.prompt_tokens for r in fresh[1]]:
+        raise ValueError("only TTFT sweeps over the same prompt lengths, in the same order, pool.")
+    return (pool_prefill_rows(earlier[0], fresh[0]),
+            [TTFTRow(a.prompt_tokens, a.streams + b.streams) for a, b in zip(earlier[1], fresh[1])])
+
+
+def decode_checks(rows: Sequence[DecodeRow], flat: float = 1.5) -> dict[str, tuple]:
+    """Table B (:func:`decode_sweep`): from the shortest cache to the longest, a step takes under ``flat`` x as long."""
+    low, high = rows[0], rows[-1]
+    return {"flat": (high.fastest / low.fastest < flat, "a decode step is nearly flat in the context: from {low:,} to "
+                     "{high:,} cached tokens it takes less than {flat}x the time",
+                     "{t_low:.1f} ms and {t_high:.1f} ms, fastest repeats",
+                     dict(low=low.context, high=high.context, flat=flat, t_low=1e3 * low.fastest,
+                          t_high=1e3 * high.fastest))}

@@ -8,21 +8,22 @@ is the *roofline* of a decode step. This module measures the machine's
 streaming bandwidth (:func:`stream_bandwidth`) and peak arithmetic
 (:func:`matmul_peak`), counts the bytes a step must read (:func:`decode_bytes`)
 and its FLOPs (:func:`decode_flops`, :func:`prefill_flops`), and takes the gap
-between the roofline and a real step apart (:func:`matmul_chain`,
-:func:`tiny_twin`). The two yardsticks every section reads a measurement
-against are defined once, here: :func:`gb_per_s` and :func:`gflop_per_s`.
+between the roofline and a real step apart (:func:`matmul_chain`, :func:`tiny_twin`;
+:func:`gap_checks` reads the claims off those timings). The two yardsticks every
+section reads a measurement against are defined once, here: :func:`gb_per_s` and
+:func:`gflop_per_s`.
 """
 from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Mapping
 
 import torch
 
 from . import s01_kv_cache as kv_cache
 from .infra.model import weight_bytes
-from .infra.measure import interleaved_medians
+from .infra.measure import Timing, interleaved_medians
 from .s01_attention import macs_step
 
 # --------------------------------------------------------------------------- the two yardsticks
@@ -273,3 +274,19 @@ def matmul_chain(model: torch.nn.Module) -> Callable[[], None]:
 
     return chain
 
+
+
+def gap_checks(parts: Mapping[str, Timing], stream_bytes: int, step_bytes: int, floor: float = 0.8) -> dict:
+    """The claims read off the gap's timings (``{"stream", "matmuls", "step"}``, fastest repeats), for
+    :func:`helpers.measure_checked`: the bandwidth is the best rate ``stream`` read its ``stream_bytes`` at, the
+    roofline a step's ``step_bytes`` at that rate. The matrix-vector products alone take over ``floor`` of the
+    roofline (they cannot beat the bus), and a whole step takes longer than its matrix-vector products."""
+    roof = roofline_seconds(step_bytes, gb_per_s(stream_bytes, parts["stream"].min))
+    ms = {k: 1e3 * parts[k].min for k in ("matmuls", "step")}
+    return {"roof": (ms["matmuls"] > floor * 1e3 * roof, "the model's matrix-vector products take over {floor:.0%} "
+                     "of the roofline: they cannot read the weights faster than the bus allows",
+                     "{matmuls_ms:.1f} ms against a roofline of {roof_ms:.1f} ms",
+                     dict(floor=floor, matmuls_ms=ms["matmuls"], roof_ms=1e3 * roof)),
+            "step": (ms["step"] > ms["matmuls"], "a whole step costs more than its matrix-vector products",
+                     "{step_ms:.1f} ms against {matmuls_ms:.1f} ms",
+                     dict(step_ms=ms["step"], matmuls_ms=ms["matmuls"]))}
