@@ -219,6 +219,23 @@ def test_hidden_mlp_vocab_do_not_matter():
     assert cs.measure_cache(a, 2, 9).nbytes == cs.measure_cache(b, 2, 9).nbytes
 
 
+def test_a_shrunk_config_keeps_the_cache_and_leaves_the_original_alone():
+    full = ch.qwen25_config()
+    small = cs.shrunk_config(full, mlp=64, vocab=1024)
+    assert (small.intermediate_size, small.vocab_size) == (64, 1024)
+    assert (full.intermediate_size, full.vocab_size) == (Q["mlp"], Q["vocab"])          # a copy, not an edit
+    assert cs.kv_bytes_per_token_from_config(small, "fp16") == ch.S3_BYTES_PER_TOKEN
+    assert cs.KVArchitecture.from_config(small) == cs.KVArchitecture.from_config(full)
+    mqa = cs.shrunk_config(full, 64, 1024, kv_heads=1)
+    assert mqa.num_key_value_heads == 1 and full.num_key_value_heads == Q["kv_heads"]
+    assert cs.kv_bytes_per_token_from_config(mqa, "fp16") * Q["kv_heads"] == ch.S3_BYTES_PER_TOKEN
+    # the same as the chapter's own builder, which takes the KV heads too
+    assert small.to_dict() == ch.qwen25_config(64, 1024).to_dict()
+    assert mqa.to_dict() == ch.qwen25_config(64, 1024, kv_heads=1).to_dict()
+    with pytest.raises(ValueError, match="mlp"):
+        cs.shrunk_config(full, mlp=0, vocab=1024)
+
+
 def test_each_decode_step_adds_exactly_one_token_per_user(tiny16):
     bpt = cs.kv_bytes_per_token_from_config(tiny16.config, "fp16")
     ids = torch.randint(0, 64, (3, 5), generator=torch.Generator().manual_seed(1))
