@@ -114,6 +114,21 @@ def _one_sentence(e):
     assert "\n" not in msg and msg.endswith(".") and msg.count(". ") == 0, msg
 
 
+def test_the_live_view_shows_the_calculators_numbers_and_bars(monkeypatch):
+    shown = []
+    monkeypatch.setattr(calc, "display", shown.append)
+    layers, q, kv, hd = CHAPTER_GEOMETRY
+    fig = calc.live_view(layers, q, kv, hd, window=1024, window_layers=20, dtype="float16", users=3, tokens=4096)
+    c = calc.calculator(layers, q, kv, hd, "float16", 3, 4096, 1024, 20)
+    row = shown[0].iloc[0]
+    assert shown[0].index.tolist() == ["GQA"] and row["query heads per KV head"] == q // kv
+    assert row["bytes per token"] == f"{ch.S3_BYTES_PER_TOKEN:,}" and row["all users"] == cs.human_bytes(c["total_bytes"])
+    bars = fig.data[0]
+    assert list(bars.x) == [c[k] / 2 ** 30 for k in ("mha_bytes", "total_bytes", "mqa_bytes")]
+    assert bars.x[0] == q // kv * bars.x[1] and list(bars.y) == [f"MHA ({q} KV heads)", f"yours ({kv})", "MQA (1)"]
+    with pytest.raises(ValueError, match="kv_heads"):
+        calc.live_view(layers, q, 4, hd, None, 0, "fp16", 1, 10)
+
 @pytest.mark.parametrize("call", [
     lambda: cs.kv_bytes_per_token(24, 0, 64, 2),                              # zero heads
     lambda: cs.KVArchitecture("m", 24, 0, 1, 64),                             # zero query heads
