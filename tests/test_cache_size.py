@@ -114,6 +114,21 @@ def _one_sentence(e):
     assert "\n" not in msg and msg.endswith(".") and msg.count(". ") == 0, msg
 
 
+def test_the_live_view_shows_the_calculators_numbers_and_bars(monkeypatch):
+    shown = []
+    monkeypatch.setattr(calc, "display", shown.append)
+    layers, q, kv, hd = CHAPTER_GEOMETRY
+    fig = calc.live_view(layers, q, kv, hd, window=1024, window_layers=20, dtype="float16", users=3, tokens=4096)
+    c = calc.calculator(layers, q, kv, hd, "float16", 3, 4096, 1024, 20)
+    row = shown[0].iloc[0]
+    assert shown[0].index.tolist() == ["GQA"] and row["query heads per KV head"] == q // kv
+    assert row["bytes per token"] == f"{ch.S3_BYTES_PER_TOKEN:,}" and row["all users"] == cs.human_bytes(c["total_bytes"])
+    bars = fig.data[0]
+    assert list(bars.x) == [c[k] / 2 ** 30 for k in ("mha_bytes", "total_bytes", "mqa_bytes")]
+    assert bars.x[0] == q // kv * bars.x[1] and list(bars.y) == [f"MHA ({q} KV heads)", f"yours ({kv})", "MQA (1)"]
+    with pytest.raises(ValueError, match="kv_heads"):
+        calc.live_view(layers, q, 4, hd, None, 0, "fp16", 1, 10)
+
 @pytest.mark.parametrize("call", [
     lambda: cs.kv_bytes_per_token(24, 0, 64, 2),                              # zero heads
     lambda: cs.KVArchitecture("m", 24, 0, 1, 64),                             # zero query heads
@@ -217,6 +232,23 @@ def test_hidden_mlp_vocab_do_not_matter():
     a = cs.random_model(tiny_config())
     b = cs.random_model(tiny_config(hidden_size=48, intermediate_size=80, vocab_size=300))
     assert cs.measure_cache(a, 2, 9).nbytes == cs.measure_cache(b, 2, 9).nbytes
+
+
+def test_a_shrunk_config_keeps_the_cache_and_leaves_the_original_alone():
+    full = ch.qwen25_config()
+    small = cs.shrunk_config(full, mlp=64, vocab=1024)
+    assert (small.intermediate_size, small.vocab_size) == (64, 1024)
+    assert (full.intermediate_size, full.vocab_size) == (Q["mlp"], Q["vocab"])          # a copy, not an edit
+    assert cs.kv_bytes_per_token_from_config(small, "fp16") == ch.S3_BYTES_PER_TOKEN
+    assert cs.KVArchitecture.from_config(small) == cs.KVArchitecture.from_config(full)
+    mqa = cs.shrunk_config(full, 64, 1024, kv_heads=1)
+    assert mqa.num_key_value_heads == 1 and full.num_key_value_heads == Q["kv_heads"]
+    assert cs.kv_bytes_per_token_from_config(mqa, "fp16") * Q["kv_heads"] == ch.S3_BYTES_PER_TOKEN
+    # the same as the chapter's own builder, which takes the KV heads too
+    assert small.to_dict() == ch.qwen25_config(64, 1024).to_dict()
+    assert mqa.to_dict() == ch.qwen25_config(64, 1024, kv_heads=1).to_dict()
+    with pytest.raises(ValueError, match="mlp"):
+        cs.shrunk_config(full, mlp=0, vocab=1024)
 
 
 def test_each_decode_step_adds_exactly_one_token_per_user(tiny16):

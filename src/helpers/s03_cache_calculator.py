@@ -2,7 +2,8 @@
 and as a figure.
 
 :func:`calculator` returns what the live (JupyterLab) calculator shows for one
-setting of its controls. :func:`calculator_figure` is the static one, which
+setting of its controls, and :func:`live_view` shows it: a row of numbers and
+the bars of MHA, the chosen grouping and MQA. :func:`calculator_figure` is the static one, which
 works on the book site with no kernel: an architecture dropdown, a dtype
 dropdown and a users slider over precomputed curves. The formula itself lives
 in :mod:`helpers.s03_cache_size`.
@@ -13,8 +14,9 @@ import math
 from typing import Sequence
 
 import plotly.graph_objects as go
+from IPython.display import display
 
-from .infra import plotting
+from .infra import plotting, tables
 from .infra.messages import message
 from .s03_cache_size import KVArchitecture, bytes_per_element, dtype_name, human_bytes
 
@@ -43,6 +45,28 @@ def calculator(layers: int, query_heads: int, kv_heads: int, head_dim: int, dtyp
                 total_bytes=total, no_window_bytes=full.cache_bytes(dtype, users, tokens),
                 mha_bytes=arch.with_kv_heads(query_heads).cache_bytes(dtype, users, tokens),
                 mqa_bytes=arch.with_kv_heads(1).cache_bytes(dtype, users, tokens))
+
+
+def live_view(layers: int, query_heads: int, kv_heads: int, head_dim: int, window: int | None, window_layers: int,
+              dtype, users: int, tokens: int):
+    """The live calculator's output for one setting of its controls: shows a row of :func:`calculator`'s numbers
+    and returns the bars of the cache as MHA, with ``kv_heads`` and as MQA (a ``ValueError`` for bad input)."""
+    c = calculator(layers, query_heads, kv_heads, head_dim, dtype, users, tokens, window, window_layers)
+    display(tables.table({
+        "attention": [c["attention"]], "query heads per KV head": [c["group_size"]],
+        "bytes per token": [format(c["bytes_per_token"], ",")], "one user": [human_bytes(c["bytes_per_user"])],
+        "all users": [human_bytes(c["total_bytes"])], "all users, no window": [human_bytes(c["no_window_bytes"])],
+    }, index="attention"))
+    sizes = [c["mha_bytes"], c["total_bytes"], c["mqa_bytes"]]
+    fig = plotting.figure("{users:,} users x {tokens:,} tokens, {dtype}", x="GiB of cache", y="",
+                          fields=dict(users=users, tokens=tokens, dtype=dtype))
+    fig.add_trace(go.Bar(orientation="h", x=[b / 2 ** 30 for b in sizes], text=[human_bytes(b) for b in sizes],
+                         y=[message("MHA ({kv} KV heads)", kv=query_heads), message("yours ({kv})", kv=kv_heads),
+                            "MQA (1)"],
+                         marker_color=[plotting.PALETTE[1], plotting.PALETTE[0], plotting.PALETTE[2]],
+                         textposition="auto"))
+    fig.update_layout(height=260, margin=dict(t=50, b=40), hovermode="closest")
+    return fig
 
 
 def users_label(values: Sequence[int]) -> str:
@@ -152,4 +176,4 @@ def calculator_figure(archs: Sequence[KVArchitecture], dtypes: Sequence[str], us
     return fig
 
 
-__all__ = ["SLIDING_PATTERN", "sliding_variant", "calculator", "calculator_figure", "users_label"]
+__all__ = ["SLIDING_PATTERN", "sliding_variant", "calculator", "live_view", "calculator_figure", "users_label"]

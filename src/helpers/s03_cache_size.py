@@ -28,6 +28,7 @@ calculator lives in :mod:`helpers.s03_cache_calculator`.
 """
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Iterable
@@ -276,6 +277,17 @@ def _from_chapter(geometry: dict) -> KVArchitecture:
 # The chapter's two reference architectures (their numbers live in helpers.infra.chapter).
 CHAPTER_MODEL = _from_chapter(chapter.QWEN25)
 SEVEN_B_CLASS = _from_chapter(chapter.SEVEN_B)
+
+
+def shrunk_config(config, mlp: int, vocab: int, kv_heads: int | None = None):
+    """``config`` with an MLP ``mlp`` wide and ``vocab`` tokens (neither enters the cache: a random model of it
+    has the same cache in a fraction of the parameters) and, if given, ``kv_heads`` key-value heads."""
+    config = copy.deepcopy(config)
+    config.intermediate_size = _whole("mlp", mlp, 1)
+    config.vocab_size = _whole("vocab", vocab, 1)
+    if kv_heads is not None:
+        config.num_key_value_heads = _whole("kv_heads", kv_heads, 1)
+    return config
 
 
 def random_model(config, dtype=torch.float16, seed: int = 0):

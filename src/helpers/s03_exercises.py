@@ -3,9 +3,11 @@
 Notebook 03 ends with these; ``check("3.2", answer, **facts)`` judges an answer against the right one,
 computed from the facts the notebook passes in (:mod:`helpers.infra.exercises`).
 
-* 3.1 predict, then measure: bytes per token of Llama 3 8B's cache in bf16.
+* 3.1 predict, then measure: bytes per token of Qwen2.5-7B's cache in bf16 (a geometry the page has not
+  measured: Llama 3 8B's is the 7B class's, whose bytes per token the page prints).
 * 3.2 predict: how many users with a given context fit a card's cache memory (GiB, whole users).
-* 3.3 explain: by what factor GQA cuts the cache a decode step reads, although its arithmetic is MHA's.
+* 3.3 explain: by what factor GQA cuts the cache a decode step of the 7B class reads, although its arithmetic
+  is MHA's (the page prints the chapter model's factor, not this one).
 * 3.4 change the code: the cache bytes of a model with sliding-window layers, for any context.
 """
 from __future__ import annotations
@@ -14,7 +16,10 @@ from .infra.exercises import CODE, EXPLAIN, PREDICT, Exercise, ExerciseSet, Mist
 
 GIB = 2 ** 30
 
-# 3.1: Llama 3 8B's attention geometry (Meta's config.json): the cell measures a model built with it
+# 3.1: Qwen2.5-7B's attention geometry (its config.json: hidden 3,584 = 28 query heads x 128; K and V
+# projections 512 wide = 4 KV heads), served in bf16; the cell measures a model built with it. Llama 3 8B's
+# geometry, the tests' example, is the 7B class's, whose cache the page prints before the exercises.
+QWEN25_7B = dict(layers=28, query_heads=28, kv_heads=4, head_dim=128, element_bytes=2)
 LLAMA3_8B = dict(layers=32, query_heads=32, kv_heads=8, head_dim=128, element_bytes=2)
 
 
