@@ -51,8 +51,8 @@ def scheme_for(levels: str = "uniform", bits: int = 4, granularity: str = "tenso
     where = {"tensor": message("one scale per tensor"), "row": message("one scale per row")}.get(
         granularity) or message("blocks of {g}", g=granularity)
     what = message("NF4") if levels == "NF4" else message("uniform {bits}-bit", bits=bits)
-    kind = "nf4" if levels == "NF4" else "absmax"
-    return Scheme(message("{what}, {where}", what=what, where=where), kind, bits, axis, group)
+    quantizer = "nf4" if levels == "NF4" else "absmax"
+    return Scheme(message("{what}, {where}", what=what, where=where), quantizer, bits, axis, group)
 
 
 # --------------------------------------------------------------------------- every matrix, every scheme
