@@ -44,6 +44,7 @@ The ideas, in the chapter's order:
     * :mod:`helpers.s05_quantization` absmax / zero-point / NF4 weight quantization, error and bits accounting
     * :mod:`helpers.s05_gguf`       a GGUF file's block formats (Q4_1 among them): bits per weight, a matrix's stored numbers
     * :mod:`helpers.s05_kernels`    real low-bit kernels, timed
+    * :mod:`helpers.s05_figures`    the section's figures and controls: histograms, levels, errors by block size
     * :mod:`helpers.s05_exercises`  the exercises and their checkers
 * 06-activation-outliers
     * :mod:`helpers.s06_outliers`   residual-stream outlier features and what they do to one INT8 scale

@@ -13,7 +13,10 @@ three that run on a CPU:
   with a scale and a zero per group (codes from :func:`helpers.s05_quantization.asymmetric_quantize`).
 
 :func:`with_kernel` returns a copy of the model whose projection matrices use one of them; the embedding and
-the tied output matrix stay fp32. :func:`linear_bytes` counts what the projections occupy.
+the tied output matrix stay fp32. :func:`linear_bytes` counts what the projections occupy. :func:`build_all`
+builds every kernel a model allows (and says why any other is missing), :data:`WEIGHT_ONLY_SCHEMES` names the
+fake-quantized scheme each weight-only kernel computes exactly, and :func:`faster_check` is the claim read off
+the timings.
 """
 from __future__ import annotations
 
@@ -26,6 +29,7 @@ from torch.ao.nn.quantized.dynamic import Linear as DynLinear
 from . import s05_quantization as Q
 
 KERNELS = ("fp32", "int8 dynamic (torch.ao)", "int8 weight-only", "int4 weight-only g64")
+DYNAMIC = KERNELS[1]
 INT4_GROUP = 64
 PREFILL_ROWS = 8          # more rows than this at once: a prompt being read, not a decode step
 
@@ -111,6 +115,36 @@ def with_kernel(model: torch.nn.Module, kernel: str) -> torch.nn.Module:
         parent, _, child = name.rpartition(".")
         setattr(m.get_submodule(parent), child, make(lin))
     return m
+
+
+# the arithmetic each weight-only kernel does, as a scheme of :mod:`helpers.s05_quantization` (fake quantization)
+WEIGHT_ONLY_SCHEMES = {
+    "int8 weight-only": Q.Scheme("int8 per-row", "absmax", 8, axis=-1),
+    "int4 weight-only g64": Q.Scheme("int4 g64 asymmetric", "asymmetric", 4, axis=-1, group_size=INT4_GROUP),
+}
+
+
+def build_all(model: torch.nn.Module, kernels=KERNELS[1:]) -> tuple[dict, dict]:
+    """({kernel: a copy of ``model`` on it}, {kernel: why it could not be built}); ``model`` itself is fp32's."""
+    built, missing = {"fp32": model}, {}
+    for k in kernels:
+        try:
+            built[k] = with_kernel(model, k)
+        except (ValueError, RuntimeError) as e:        # e.g. a row the int4 kernel's groups do not divide
+            missing[k] = str(e).splitlines()[0]
+    return built, missing
+
+
+def faster_check(timed: dict) -> dict:
+    """The claim read off the timings (``{kernel: Timing}``), for :func:`helpers.measure_checked`: the int8
+    dynamic kernel's fastest step beats fp32's by at least 10 % (the fastest, since other programs only add time).
+    No claim when that kernel could not be built."""
+    if DYNAMIC not in timed:
+        return {}
+    ours, base = timed[DYNAMIC].min * 1e3, timed["fp32"].min * 1e3
+    return {"int8": (ours < 0.9 * base, "fewer bits give a faster decode when the kernel exists: torch's int8 "
+                     "dynamic kernel beats fp32 by 10 %", "fastest steps {ours:.1f} vs {base:.1f} ms per token",
+                     dict(ours=ours, base=base))}
 
 
 def linear_bytes(model: torch.nn.Module) -> int:
