@@ -82,6 +82,37 @@ def test_log2_histogram_known_counts():
         O.log2_histogram(torch.tensor([5.0]), edges=[0.0, 1.0, 2.0])
 
 
+def test_octave_labels_median_bin_and_empty_octaves_known_values():
+    assert O.octave_labels([0.0, 1.0, 2.0, 1024.0, 2048.0, 32768.0]) == ["0-1", "1-2", "2-1k", "1k-2k", "2k-32k"]
+    assert O.median_bin([0, 3, 1, 1]) == 1 and O.median_bin([1, 1, 1, 1]) == 1 and O.median_bin([0, 0, 5]) == 2
+    edges = [0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0]
+    assert O.empty_octaves_below_top(edges, [4, 2, 0, 0, 0, 1]) == 3          # 4-8, 8-16, 16-32 empty
+    assert O.empty_octaves_below_top(edges, [4, 2, 1, 0, 0, 0]) == 0          # neighbours
+    assert O.empty_octaves_below_top(edges, [0, 0, 0, 0, 0, 1]) == 0          # one occupied bin
+    # the chapter's histogram: one wide bin 128-1024 (three octaves), then its giant at 1024-4096
+    chapter = [0.0, 1, 2, 4, 8, 16, 32, 64, 128, 1024, 4096]
+    assert O.empty_octaves_below_top(chapter, [254, 283, 226, 93, 18, 9, 7, 5, 0, 1]) == 3
+    with pytest.raises(ValueError):
+        O.median_bin([0, 0])
+    with pytest.raises(ValueError):
+        O.empty_octaves_below_top(edges, [1, 2])
+
+
+def test_dissect_input_finds_the_peak_and_counts_tokens_above_the_bar():
+    x = torch.full((6, 4), 0.5)
+    x[:, 0] = torch.tensor([1.0, -2.0, 0.5, 3.0, 0.1, 0.2])
+    x[2, 3] = -40.0                                         # the peak: token 2, dimension 3
+    x[4, 3] = 6.0
+    d = O.dissect_input(x)
+    assert (d["peak"], d["dim"], d["token"], d["tokens"]) == (40.0, 3, 2, 6)
+    assert d["median"] == 0.5
+    # the median dimension's max is 0.5 (dims 1 and 2) or 3 (dim 0): median of [3, .5, .5, 40] is .5
+    assert d["above"] == 2                                  # |x_3| > 5 on tokens 2 and 4 only
+    assert O.dissect_input(x, bar=100)["above"] == 0
+    with pytest.raises(ValueError):
+        O.dissect_input(torch.ones(3))
+
+
 def test_levels_used_and_per_dimension():
     codes = torch.tensor([[0, 1, 5], [0, -1, 5], [0, 1, 6]], dtype=torch.int8)
     assert O.levels_used(codes) == 5                                      # -1 0 1 5 6

@@ -13,7 +13,10 @@ size for everything else. This module
   (:func:`log2_histogram`), INT8 levels actually used (:func:`levels_used`,
   :func:`levels_per_dimension`), the scale left when the top-k dimensions are
   set aside (:func:`exclude_top_dimensions`, with section 5's
-  :func:`helpers.s05_quantization.absmax_quantize`).
+  :func:`helpers.s05_quantization.absmax_quantize`);
+* reads the histogram (:func:`octave_labels`, :func:`median_bin`, :func:`empty_octaves_below_top`) and a linear
+  layer's input (:func:`dissect_input`: where its largest value sits, and on how many tokens its top dimension
+  clears a bar).
 
 The INT8 matmuls that cope with outliers are in :mod:`helpers.s06_int8_matmuls`.
 """
@@ -158,6 +161,58 @@ def log2_histogram(values: torch.Tensor, edges: list[float] | None = None) -> tu
     idx = torch.bucketize(v, torch.tensor(edges[1:], dtype=torch.float64), right=True)
     counts = torch.bincount(idx, minlength=len(edges) - 1)
     return list(edges), [int(c) for c in counts]
+
+
+def octave_labels(edges: list[float]) -> list[str]:
+    """Short labels of the bins between ``edges``: [0, 1, 2, 1024, 2048] -> ['0-1', '1-2', '2-1k', '1k-2k']."""
+    def short(v: float) -> str:
+        return f"{v / 1024:g}k" if v >= 1024 else f"{v:g}"
+    return [f"{short(a)}-{short(b)}" for a, b in zip(edges[:-1], edges[1:])]
+
+
+def median_bin(counts: list[int]) -> int:
+    """Index of the bin that holds the median value: the first bin where the running count reaches half."""
+    if not counts or min(counts) < 0 or sum(counts) == 0:
+        raise ValueError("counts must be non-negative bin counts with at least one value.")
+    half, run = sum(counts) / 2, 0
+    for i, n in enumerate(counts):
+        run += n
+        if run >= half:
+            return i
+    raise AssertionError("unreachable: the running count reaches the total")
+
+
+def empty_octaves_below_top(edges: list[float], counts: list[int]) -> float:
+    """How many octaves of empty bins separate the top occupied bin from the next occupied one below it.
+
+    ``log2(lower edge of the top bin / upper edge of the next occupied bin)``: with octave bins this is the
+    number of empty bins between them, and a wider bin (the chapter's 128-1024) counts as the octaves it spans.
+    0 when the two are neighbours or only one bin is occupied.
+    """
+    if len(edges) != len(counts) + 1:
+        raise ValueError(f"need one more edge than counts, got {len(edges)} edges and {len(counts)} counts.")
+    occupied = [i for i, c in enumerate(counts) if c]
+    if len(occupied) < 2:
+        return 0.0
+    top, below = occupied[-1], occupied[-2]
+    return math.log2(edges[top] / edges[below + 1])
+
+
+def dissect_input(x: torch.Tensor, bar: float = 10.0) -> dict:
+    """Where a linear layer's input ``x`` (tokens, in) holds its largest value, and how widely its top dimension does.
+
+    Returns {'peak': max |x|, 'dim': the dimension that reaches it, 'token': the token where it does,
+    'median': median |x|, 'above': tokens on which that dimension exceeds ``bar`` times the median dimension's
+    maximum, 'tokens': the number of tokens}. Many tokens above the bar: a dimension outlier; a few: an outlier
+    carried by those tokens.
+    """
+    if x.dim() != 2 or x.numel() == 0:
+        raise ValueError(f"x must be a non-empty (tokens, in) tensor, got shape {tuple(x.shape)}.")
+    a = x.abs()
+    m = a.amax(dim=0)
+    dim = int(m.argmax())
+    return {"peak": float(m[dim]), "dim": dim, "token": int(a[:, dim].argmax()), "median": float(a.median()),
+            "above": int((a[:, dim] > bar * m.median()).sum()), "tokens": x.shape[0]}
 
 
 def levels_used(codes: torch.Tensor) -> int:
