@@ -1,5 +1,5 @@
-"""Section 1 (notebooks/01-kv-cache.md): the KV cache: the naive loop, the cached loop, and one adapter over
-transformers' cache API.
+"""Section 1 (notebooks/01-kv-cache.md): the KV cache: the naive loop, the cached loop, both timed and their memory
+watched, and one adapter over transformers' cache API.
 
 transformers 5 renamed the forward argument ``past_key_values`` to ``cache``,
 replaced ``key_cache``/``value_cache`` lists by ``cache.layers[i].keys`` and
