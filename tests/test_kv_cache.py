@@ -87,3 +87,67 @@ def test_log_log_slope_recovers_the_exponent():
     assert kv_cache.log_log_slope(n, [k * 1e-6 for k in n]) == pytest.approx(1.0)
     with pytest.raises(ValueError):
         kv_cache.log_log_slope([1], [1.0])
+
+
+def test_timed_runs_time_both_loops_in_turn_and_refuse_other_tokens(tiny_llama):
+    p = prompt()
+    expected = kv_cache.generate_cached(tiny_llama, p, 9)
+    naive, cached = kv_cache.timed_runs(tiny_llama, p, 9, expected, repeats=2)
+    assert naive.shape == cached.shape == (2, 9) and (naive > 0).all() and (cached > 0).all()
+    pooled = kv_cache.pool_runs((naive, cached), (naive[:1], cached[:1]))
+    assert pooled[0].shape == pooled[1].shape == (3, 9) and torch.equal(pooled[0][2], naive[0])
+    with pytest.raises(AssertionError, match="other tokens"):
+        kv_cache.timed_runs(tiny_llama, p, 9, expected + 1, repeats=1)
+
+
+def test_fastest_steps_take_the_least_disturbed_run_of_every_step():
+    runs = torch.tensor([[1.0, 5.0, 3.0], [2.0, 4.0, 3.5]])
+    assert torch.equal(kv_cache.fastest_steps(runs), torch.tensor([1.0, 4.0, 3.0]))
+
+
+def _runs(steps):
+    return torch.tensor([steps, [s * 1.5 for s in steps]])      # a second, slower run of every step
+
+
+def test_timing_checks_hold_on_a_growing_naive_loop_and_a_flat_cached_one():
+    n = 48
+    naive = _runs([0.1 + 0.01 * i for i in range(n)])              # 1 ms more per token of context
+    cached = _runs([0.05] + [0.02 + 0.0001 * i for i in range(1, n)])
+    checks = kv_cache.timing_checks(naive, cached)
+    assert {name: c[0] for name, c in checks.items()} == {"speed-up": True, "naive": True, "cached": True}
+    s = (naive[0].cumsum(0) / cached[0].cumsum(0))
+    assert checks["speed-up"][3] == dict(s8=pytest.approx(s[7].item()), s_n=pytest.approx(s[-1].item()), n=n)
+    assert checks["naive"][3]["growth"] == pytest.approx((0.1 + 0.47) / 0.11)
+    assert checks["cached"][3] == dict(naive_ms=pytest.approx(10.0), cached_ms=pytest.approx(0.1))
+
+
+def test_timing_checks_fail_where_the_cache_buys_nothing():
+    flat = _runs([0.02] * 48)
+    checks = kv_cache.timing_checks(flat, flat)
+    assert not any(c[0] for c in checks.values())
+    # a cached loop whose steps grow as fast as the naive loop's: its per-token cost is no smaller
+    growing = _runs([0.1 + 0.01 * i for i in range(48)])
+    assert not kv_cache.timing_checks(growing, growing)["cached"][0]
+    with pytest.raises(ValueError, match="8 or more steps"):
+        kv_cache.timing_checks(flat[:, :5], flat[:, :5])
+
+
+def test_the_memory_watchers_count_the_same_tokens_and_cache_as_the_loop(tiny_llama):
+    p = prompt(12)
+    n = 10
+    full = kv_cache.cached_loop_peak(tiny_llama, p, n, "all")
+    ends = kv_cache.cached_loop_peak(tiny_llama, p, n, "ends")
+    assert torch.equal(full["tokens"], kv_cache.generate_cached(tiny_llama, p, n)) and full["last"] is None
+    assert torch.equal(ends["tokens"], full["tokens"])
+    _, cache = kv_cache.prefill(tiny_llama, torch.cat([p, full["tokens"][:, :-1]], dim=1))
+    assert full["cache"] == ends["cache"] == kv_cache.cache_nbytes(cache)
+    assert ends["last"] >= ends["cache"] and 0 < ends["peak"] <= full["peak"]
+    # the shortcut: stand-in tokens fill the cache to the same length, and the last two steps need the same bytes
+    skip = kv_cache.cached_loop_peak(tiny_llama, p, n, "ends", skip_with=prompt(20, seed=5))
+    assert skip["tokens"].shape == (1, n) and skip["cache"] == ends["cache"]
+    assert skip["last"] == pytest.approx(ends["last"], rel=0.05)
+    assert kv_cache.naive_tail_peak(tiny_llama, p, full["tokens"][:, :n - 2]) > 0
+    with pytest.raises(ValueError, match="at least 4 tokens"):
+        kv_cache.cached_loop_peak(tiny_llama, p, 3, "ends")
+    with pytest.raises(ValueError):
+        kv_cache.cached_loop_peak(tiny_llama, p, n, "all", skip_with=prompt(20))

@@ -1,5 +1,5 @@
-"""Section 1 (notebooks/01-kv-cache.md): the KV cache: the naive loop, the cached loop, and one adapter over
-transformers' cache API.
+"""Section 1 (notebooks/01-kv-cache.md): the KV cache: the naive loop, the cached loop, both timed and their memory
+watched, and one adapter over transformers' cache API.
 
 transformers 5 renamed the forward argument ``past_key_values`` to ``cache``,
 replaced ``key_cache``/``value_cache`` lists by ``cache.layers[i].keys`` and
@@ -15,7 +15,8 @@ from typing import NamedTuple
 import torch
 from transformers import DynamicCache
 
-from .infra.measure import now
+from .infra.measure import now, peak_memory, progress
+from .infra.messages import message
 
 # --------------------------------------------------------------------------- adapter
 
@@ -221,3 +222,110 @@ def log_log_slope(sizes, seconds) -> float:
     if len(x) < 2 or len(x) != len(y):
         raise ValueError("log_log_slope needs at least two (size, time) pairs of equal length.")
     return (((x - x.mean()) * (y - y.mean())).sum() / ((x - x.mean()) ** 2).sum()).item()
+
+
+# --------------------------------------------------------------------------- the two loops timed
+
+
+def timed_runs(model, prompt_ids: torch.Tensor, n_new: int, expected: torch.Tensor, repeats: int = 2):
+    """Time both loops step by step, after one warm-up each, taking turns: a burst of work elsewhere slows one run
+    of each loop, not both runs of one. Every run's tokens must be ``expected`` (batch, n_new) exactly.
+
+    Returns (naive, cached): seconds per step, each shaped (repeats, n_new)."""
+    for cached in (False, True):
+        timed_generate(model, prompt_ids, min(4, n_new), cached)           # warm-up
+    runs = {False: [], True: []}
+    for _ in progress(range(repeats), desc=message("naive and cached, taking turns")):
+        for cached in (False, True):
+            tokens, seconds = timed_generate(model, prompt_ids, n_new, cached)
+            if not torch.equal(tokens, expected):
+                raise AssertionError("a timed run generated other tokens than the cached loop")
+            runs[cached].append(seconds)
+    return torch.tensor(runs[False]), torch.tensor(runs[True])
+
+
+def pool_runs(earlier, fresh):
+    """``measure_checked``'s ``combine`` for :func:`timed_runs`: each loop's fresh runs stacked under its earlier."""
+    return tuple(torch.cat([a, b]) for a, b in zip(earlier, fresh))
+
+
+def fastest_steps(runs: torch.Tensor) -> torch.Tensor:
+    """The fastest run of every step (runs, steps) -> (steps,): other programs only ever add time."""
+    return runs.min(dim=0).values
+
+
+def timing_checks(runs_naive: torch.Tensor, runs_cached: torch.Tensor) -> dict:
+    """The claims the timed runs must bear out, on the fastest run of every step:
+    ``{name: (holds, statement, evidence, fields)}``, for ``measure_checked`` and ``claim``.
+
+    * "speed-up": after n tokens the cache is more than 1.5x faster, and more than 1.25 times its speed-up after 8;
+    * "naive": on the fitted line, the last naive step is more than 1.2 times the first;
+    * "cached": one more token of context adds to a cached step under a quarter of what it adds to a naive one
+      (the lines' slopes: a machine that slows down mid-run tilts both alike).
+    """
+    naive, cached = fastest_steps(runs_naive), fastest_steps(runs_cached)
+    if naive.shape != cached.shape or len(naive) < 8:
+        raise ValueError(f"timing_checks needs both loops' runs over the same 8 or more steps, got "
+                         f"{tuple(naive.shape)} and {tuple(cached.shape)}.")
+    speedup = naive.cumsum(0) / cached.cumsum(0)
+    s8, s_n = speedup[7].item(), speedup[-1].item()
+    line_naive, line_cached = step_line(naive), step_line(cached)
+    return {"speed-up": (s_n > 1.5 and s_n > 1.25 * s8,
+                         "after {n} tokens the cache is over 1.5x faster and over 1.25 times its speed-up after 8",
+                         "{s8:.1f}x after 8 tokens, {s_n:.1f}x after {n}", dict(s8=s8, s_n=s_n, n=len(speedup))),
+            "naive": (line_naive.growth > 1.2, "the last naive step is over 1.2 times the first, on the fitted line",
+                      "{growth:.2f}x", dict(growth=line_naive.growth)),
+            "cached": (line_cached.per_step < 0.25 * line_naive.per_step,
+                       "one more token of context adds under a quarter as much to a cached step as to a naive one",
+                       "{naive_ms:+.3f} ms naive, {cached_ms:+.4f} ms cached",
+                       dict(naive_ms=line_naive.per_step * 1e3, cached_ms=line_cached.per_step * 1e3))}
+
+
+# --------------------------------------------------------------------------- the two loops' memory
+
+
+def naive_tail_peak(model, prompt_ids: torch.Tensor, generated: torch.Tensor) -> int:
+    """Peak extra bytes of the naive loop's last two steps, given the tokens it generated before them (the loop
+    keeps one step's logits alive while it computes the next ones). Its peak is there: each step frees what the
+    step before allocated, and the steps only get bigger."""
+    ids = torch.cat([prompt_ids, generated], dim=1)
+    return peak_memory(lambda: generate_naive(model, ids, 2)).extra_bytes
+
+
+def cached_loop_peak(model, prompt_ids: torch.Tensor, n_new: int, watch: str = "all", skip_with=None) -> dict:
+    """Generate ``n_new`` tokens with the cache, watching the memory of every step (``watch="all"``) or of the
+    prefill and the last two steps only (``"ends"``).
+
+    With ``skip_with`` (token ids, ``"ends"`` only), one prefill of the prompt, the first token and the first
+    ``n_new - 4`` of those ids stands in for the unwatched steps in between: a step's memory depends on how many
+    tokens the cache holds, not on which. Returns ``peak`` (extra bytes), ``last`` (those of the last two steps;
+    None when watching all), ``tokens`` (batch, n_new) and ``cache`` (the finished cache's bytes).
+    """
+    _check_n(n_new)
+    if watch not in ("all", "ends") or (watch == "ends" and n_new < 4) or (skip_with is not None and watch != "ends"):
+        raise ValueError(f"watch 'all', or 'ends' over at least 4 tokens (skip_with only with 'ends'); got "
+                         f"watch={watch!r} over {n_new} tokens.")
+    out, state = [], {}
+
+    def steps(k):
+        bar = progress(range(k), desc=message("cached, {n} tokens", n=n_new)) if k > 32 else range(k)
+        for _ in bar:
+            if not out:
+                nxt, state["cache"] = prefill(model, prompt_ids)
+            else:
+                nxt, state["cache"] = decode_step(model, out[-1], state["cache"])
+            out.append(nxt)
+
+    if watch == "all":
+        peak, last = peak_memory(lambda: steps(n_new)).extra_bytes, None
+    else:
+        first = peak_memory(lambda: steps(1)).extra_bytes
+        if skip_with is None:
+            steps(n_new - 3)
+        else:                                       # the cache as n_new - 3 more steps would leave it, in one pass
+            filler = skip_with[:, :n_new - 4]
+            nxt, state["cache"] = prefill(model, torch.cat([prompt_ids, out[0], filler], dim=1))
+            out += [filler, nxt]
+        last = peak_memory(lambda: steps(2)).extra_bytes
+        peak = max(first, last)
+    return dict(peak=peak, last=last, tokens=torch.cat(out, dim=1), cache=cache_nbytes(state["cache"]))
