@@ -350,3 +350,58 @@ def test_around_the_knee_reports_the_gain_and_cost_per_doubling_on_either_side()
     assert at.gain_above < at.gain_below and at.latency_above > at.latency_below
     flat = bt.around_the_knee([1, 2], [1.0, 1.0])                 # never reaches the knee: the last batch
     assert (flat.batch, flat.gain_below, flat.gain_above) == (2, 2.0, 1.0)
+
+
+def _sweep(steps, batches=(1, 2, 4, 8, 16, 32, 64, 128)):
+    from helpers.infra.measure import Timing
+    return {b: Timing(s, [s, s * 1.1]) for b, s in zip(batches, steps)}
+
+
+def test_sweep_checks_hold_on_a_curve_with_the_chapters_shape_and_fail_on_a_flat_one():
+    """A step of fixed cost 20 plus 1 per row (the knee at 16, throughput 16 x 21 / 36 = 9.3x there) holds every
+    claim; flat steps (a sweep that never reaches the knee) fail exactly the claims that need a knee."""
+    batches = [1, 2, 4, 8, 16, 32, 64, 128]
+    checks = bt.sweep_checks(batches, knee=16)
+    held = checks(_sweep([20 + b for b in batches]))
+    assert all(c[0] for c in held.values()), {k: c[3] for k, c in held.items() if not c[0]}
+    assert held["1 to 16"][3]["thr"] == pytest.approx(16 * 21 / 36)
+    flat = checks(_sweep([1.0] * 8))
+    assert {k for k, c in flat.items() if not c[0]} == {"1 to 16", "reached", "beyond", "largest"}
+    # a step that grows in proportion to the batch: throughput flat, the knee at batch 2
+    linear = checks(_sweep([float(b) for b in batches]))
+    assert not linear["1 to 16"][0] and linear["reached"][0] and linear["reached"][3]["knee"] == 2
+    with pytest.raises(ValueError):
+        bt.sweep_checks([2, 4, 8], knee=4)
+
+
+def test_sweep_checks_say_what_they_test():
+    """Each statement's numbers sit right at its threshold: just above holds, just below does not."""
+    batches = [1, 2, 4, 8, 16, 32]
+    checks = bt.sweep_checks(batches, knee=16)
+    # throughput at 16 exactly twice batch 1's (the step 8x batch 1's): "more than doubles" does not hold
+    assert not checks(_sweep([1.0, 1.0, 1.0, 1.0, 8.0, 16.0], batches))["1 to 16"][0]
+    assert checks(_sweep([1.0, 1.0, 1.0, 1.0, 7.9, 16.0], batches))["1 to 16"][0]
+    # at the largest batch, exactly 3 times the wait of batch 1 is not "more than 3 times"
+    assert not checks(_sweep([1.0, 1.0, 1.0, 1.5, 2.5, 3.0], batches))["largest"][0]
+    assert checks(_sweep([1.0, 1.0, 1.0, 1.5, 2.5, 3.01], batches))["largest"][0]
+
+
+def test_summarize_counts_what_off_greedy_found():
+    found = [(3, 11, 0.0), (7, 4, 5e-4), (9, 0, 2.5)]          # a tie, a near tie, a real difference
+    s = so.summarize(found, 20)
+    assert (s.same, s.ties, s.largest_gap, s.where) == (17, 2, 2.5, "3:12 7:5 9:1")
+    assert so.summarize([], 20) == so.Parted(20, 0, 0.0, "—")
+    assert so.summarize(found, 20, tie=1e-4).ties == 1              # 5e-4 is no tie under a stricter gap
+    with pytest.raises(ValueError):
+        so.summarize(found, 2)
+
+
+def test_gains_is_compare_of_the_two_simulated_policies():
+    lengths, cost = [5, 1, 4, 2, 2, 9], (lambda n: 0.1 + 0.02 * n)
+    arrivals = [0.0, 0.0, 0.1, 0.3, 0.3, 0.5]
+    for arr, padding in ((None, True), (arrivals, True), (None, False)):
+        st = sc.simulate(lengths, 2, "static", cost, arrivals=arr, padding_costs=padding)
+        co = sc.simulate(lengths, 2, "continuous", cost, arrivals=arr)
+        assert sc.gains(lengths, 2, cost, arrivals=arr, padding_costs=padding) == sc.compare(st, co)
+    # one slot: static and continuous batching are the same schedule
+    assert sc.gains(lengths, 1, cost)["throughput_x"] == pytest.approx(1.0)

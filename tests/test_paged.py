@@ -153,3 +153,13 @@ def test_block_owner_grid_marks_prefix_requests_and_free_blocks():
     assert z == [[-1, -1], [3, 3], [None, 2]]
     assert text[2] == ["free", "request 9"] and text[0][0] == "shared prefix"
     assert scale[0] == [0.0, "#1a1a1a"] and len(scale) == 2 * 8
+
+
+def test_prefix_saving_is_the_share_of_paged_memory_sharing_saves():
+    p, bs = 10, 4                                   # the trace of the test above: 6 + 7 blocks shared, 7 + 10 not
+    trace = [{0: p + 1, 1: p + 3}, {0: p + 2, 1: p + 4, 2: p + 1}]
+    plain, share, saved = pg.prefix_saving(trace, p, bs)
+    assert (plain.used_blocks, share.used_blocks) == ([7, 10], [6, 7])
+    assert saved == pytest.approx(1 - 13 / 17)
+    assert pg.prefix_saving(trace, 0, bs)[2] == 0.0   # nothing shared, nothing saved
+    assert pg.prefix_saving(trace, 8, bs)[2] == pytest.approx(1 - (5 + 6) / 17)   # whole blocks: no copies

@@ -11,12 +11,44 @@ from helpers import s04_scheduling as scheduling
 from helpers.s04_exercises import EXERCISES, shortest_first
 
 
-@pytest.mark.parametrize("prefix, block", [(52, 16), (48, 16), (5, 16), (40, 1), (100, 32)])
-def test_4_4_blocks_saved_is_what_the_allocator_saves(prefix, block):
-    lengths = [prefix + extra for extra in (1, 7, 16, 30, 33, 64)]
+def _saved_by_sharing(lengths, block, stored_prefix):
     trace = [{r: n for r, n in enumerate(lengths)}]
-    saved = paged.replay(trace, block).used_blocks[0] - paged.replay(trace, block, shared_prefix=prefix).used_blocks[0]
-    assert EXERCISES["4.4"].answer(requests=len(lengths), prefix=prefix, block=block) == saved
+    return (paged.replay(trace, block).used_blocks[0]
+            - paged.replay(trace, block, shared_prefix=stored_prefix).used_blocks[0])
+
+
+@pytest.mark.parametrize("prefix, block", [(52, 16), (48, 16), (5, 16), (40, 1), (100, 32)])
+def test_4_4_blocks_saved_is_what_the_allocator_saves_under_either_rule(prefix, block):
+    """Our allocator stores the whole prefix, its partly filled last block included, and copies that block on
+    write; vLLM's prefix cache stores full blocks only, which is our allocator sharing a prefix rounded down to
+    whole blocks (each request then writes the tail into a block of its own, and nothing is copied)."""
+    lengths = [prefix + extra for extra in (1, 7, 16, 30, 33, 64)]
+    facts = dict(requests=len(lengths), prefix=prefix, block=block)
+    ours = _saved_by_sharing(lengths, block, prefix)
+    vllm = _saved_by_sharing(lengths, block, prefix // block * block)
+    assert EXERCISES["4.4"].answer(**facts, keeps_partial_block=True) == ours
+    assert EXERCISES["4.4"].answer(**facts, keeps_partial_block=False) == vllm
+    assert EXERCISES.verdict("4.4", ours, **facts, keeps_partial_block=True).right
+    assert EXERCISES.verdict("4.4", vllm, **facts, keeps_partial_block=False).right
+    if prefix % block:            # a partly filled last block: the two rules differ by exactly that block
+        assert ours == vllm - 1
+        assert not EXERCISES.verdict("4.4", vllm, **facts, keeps_partial_block=True).right
+
+
+@pytest.mark.parametrize("keeps", [True, False])
+def test_4_4_each_mistake_gets_its_own_hint_under_either_rule(keeps):
+    """The issue's case (8 requests, a 52-token prefix, blocks of 16): 20 under our rule, 21 under vLLM's; each
+    answer is right under its own rule and, under the other, named as reading the rule wrong."""
+    ex = EXERCISES["4.4"]
+    facts = dict(ex.example, keeps_partial_block=keeps)
+    assert ex.answer(**facts) == (20 if keeps else 21)
+    rule = ex.mistakes[0]
+    assert EXERCISES.verdict("4.4", 21 if keeps else 20, **facts).sentence.endswith(rule.hint)
+    for mistake in ex.mistakes:
+        wrong = mistake.answer(**facts)
+        assert wrong != ex.answer(**facts)
+        v = EXERCISES.verdict("4.4", wrong, **facts)
+        assert not v.right and v.sentence.endswith(mistake.hint.format(**facts)), (mistake.hint, wrong)
 
 
 @pytest.mark.parametrize("seed, slots", [(0, 8), (1, 4), (2, 1)])

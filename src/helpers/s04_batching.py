@@ -4,7 +4,7 @@ Section 4 (notebooks/04-batching.md), part 1. Decode is memory-bound: one step s
 to produce one token. Put several requests in the same step and that one read serves them all.
 :func:`decode_step_sweep` times one decode step at several batch sizes, :func:`find_knee` finds, from the
 data, where adding requests stops being nearly free (:func:`around_the_knee` adds what each doubling bought
-on either side), and :func:`step_cost_from_sweep` turns the sweep into the step cost that the scheduling
+on either side; :func:`sweep_checks` reads the part's claims off a sweep), and :func:`step_cost_from_sweep` turns the sweep into the step cost that the scheduling
 simulator (:mod:`helpers.s04_scheduling`) uses. The real slot engine that serves requests is
 :mod:`helpers.s04_slots` with :mod:`helpers.s04_servers`.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
 import torch
 
@@ -105,6 +105,42 @@ def around_the_knee(batches: Sequence[int], step_seconds: Sequence[float], facto
     below, above = 1 / max(k, 1), 1 / max(last - k, 1)          # per doubling: batches double at every point
     return Knee(knee, k, (thr[k] / thr[0]) ** below, (thr[-1] / thr[k]) ** above,
                 (s[k] / s[0]) ** below, (s[-1] / s[k]) ** above)
+
+
+def sweep_checks(batches: Sequence[int], knee: int, factor: float = 2.0) -> Callable[[Mapping[int, Timing]], dict]:
+    """The claims part 1 reads off a sweep, for :func:`helpers.infra.claims.measure_checked`.
+
+    Returns ``checks(sweep)``: ``{name: (holds, statement, evidence, fields)}`` on each size's fastest round.
+    ``knee`` is the chapter's knee (the claim "1 to 16" compares batch 1 with it); the sweep's own knee is found
+    with :func:`around_the_knee` and ``factor``. Each statement says exactly what its test checks.
+    """
+    b = [int(x) for x in batches]
+    if knee not in b or b[0] != 1:
+        raise ValueError(f"the sweep must start at batch 1 and include the knee {knee}, got {b}.")
+
+    def checks(sweep: Mapping[int, Timing]) -> dict:
+        s = [sweep[x].min for x in b]
+        t = [x / y for x, y in zip(b, s)]
+        ik, at = b.index(knee), around_the_knee(b, s, factor)
+        return {
+            "1 to 16": (t[ik] / t[0] > 2 and s[ik] / s[0] > 1.05,
+                        "from 1 to {knee} requests per step, throughput more than doubles and each user waits more "
+                        "than 5 % longer", "throughput {thr:.1f}x, latency {lat:.2f}x",
+                        dict(knee=knee, thr=t[ik] / t[0], lat=s[ik] / s[0])),
+            "reached": (at.batch < b[-1], "the sweep reaches the knee", "knee at batch {knee} of {largest}",
+                        dict(knee=at.batch, largest=b[-1])),
+            "up to": (t[at.index] / t[0] > 0.4 * at.batch,
+                      "at the knee, throughput is more than 0.4 times the batch size times batch 1's",
+                      "{thr:.1f}x at batch {knee}", dict(thr=t[at.index] / t[0], knee=at.batch)),
+            "beyond": (at.gain_above < at.gain_below and at.latency_above > at.latency_below,
+                       "beyond the knee a doubling buys less throughput and costs more latency than before it",
+                       "throughput {gain_below:.2f}x then {gain_above:.2f}x, latency {lat_below:.2f}x then "
+                       "{lat_above:.2f}x per doubling", dict(gain_below=at.gain_below, gain_above=at.gain_above,
+                                                            lat_below=at.latency_below, lat_above=at.latency_above)),
+            "largest": (s[-1] / s[0] > 3, "at the largest batch each user waits more than 3 times as long as alone",
+                        "{lat:.1f}x", dict(lat=s[-1] / s[0]))}
+
+    return checks
 
 
 def step_cost_from_sweep(batches: Sequence[int], step_seconds: Sequence[float]) -> Callable[[int], float]:

@@ -6,7 +6,9 @@ computed from the facts the notebook passes in (:mod:`helpers.infra.exercises`).
 * 4.1 explain: the throughput gain at a batch size, from the latency growth alone.
 * 4.2 predict, then measure: the row-steps one static batch spends on requests that have already finished.
 * 4.3 explain: the paper model's throughput gain once the prefills, paid by both servers, are counted.
-* 4.4 predict, then measure: the blocks a shared prefix saves at the busiest step (copy on write included).
+* 4.4 predict, then measure: the blocks a shared prefix saves at the busiest step, under the allocator's rule for
+  the prefix's partly filled last block (the fact ``keeps_partial_block``: ours stores it with the prefix and
+  copies it on write; vLLM's prefix cache stores full blocks only).
 * 4.5 change the code: continuous batching that admits the shortest waiting request first; the waits.
 """
 from __future__ import annotations
@@ -24,9 +26,16 @@ def _with_prefills(static_s, continuous_s, prefill_s):
     return (static_s + prefill_s) / (continuous_s + prefill_s)
 
 
-def _blocks_saved(requests, prefix, block):
-    """Every request stops holding the prefix's full blocks; the stored prefix keeps all of its own."""
-    return requests * (prefix // block) - -(-prefix // block)
+def _blocks_saved(requests, prefix, block, keeps_partial_block):
+    """Every request stops holding the prefix's full blocks, and each still holds a block of its own for the
+    prefix's partly filled tail (copied on write, or never shared). The stored prefix holds its full blocks, and
+    its partly filled last block too where the allocator keeps it (``keeps_partial_block``)."""
+    stored = -(-prefix // block) if keeps_partial_block else prefix // block
+    return requests * (prefix // block) - stored
+
+
+def _other_rule(keeps_partial_block, **facts):
+    return _blocks_saved(keeps_partial_block=not keeps_partial_block, **facts)
 
 
 def shortest_first(lengths, slots, step_cost):
@@ -116,16 +125,16 @@ EXERCISES = ExerciseSet(
         ]),
     Exercise(
         "4.4", PREDICT, answer=lambda **f: _blocks_saved(**f), rel=0, abs=1e-9,
-        example=dict(requests=8, prefix=52, block=16),
+        example=dict(requests=8, prefix=52, block=16, keeps_partial_block=True),
         hint="Count the blocks each request holds without sharing and with it, and the blocks of the stored prefix.",
         mistakes=[
-            Mistake("The half-filled last block of the prefix is shared only until a request writes into it: then "
-                    "that request gets its own copy.", lambda requests, prefix, block:
-                    (requests - 1) * -(-prefix // block)),
+            Mistake("Read the question's rule again: does the stored prefix keep its partly filled last block, or "
+                    "only its full blocks?", lambda **f: _other_rule(**f)),
+            Mistake("The prefix's partly filled last block saves nothing: every request writes its own tokens after "
+                    "the prefix, so each needs a block of its own there.",
+                    lambda requests, prefix, block, **_: (requests - 1) * -(-prefix // block)),
             Mistake("The prefix is stored once, in blocks of its own: those are not saved.",
-                    lambda requests, prefix, block: requests * (prefix // block)),
-            Mistake("The stored prefix keeps its own half-filled last block even after every request has copied it.",
-                    lambda requests, prefix, block: (requests - 1) * (prefix // block)),
+                    lambda requests, prefix, block, **_: requests * (prefix // block)),
             Mistake("The question counts blocks of {block} tokens, not tokens.",
                     lambda **f: f["block"] * _blocks_saved(**f)),
         ]),

@@ -19,7 +19,8 @@ borrowed from an operating system's virtual memory:
 running (online) softmax a real kernel uses, so no contiguous copy is needed
 (the notebook holds it to PyTorch's attention over the contiguous cache).
 :func:`replay` runs a whole serving trace through the allocator and reports
-the memory each scheme needs at every step.
+the memory each scheme needs at every step; :func:`prefix_saving` replays it
+with and without a common prefix shared.
 """
 from __future__ import annotations
 
@@ -301,6 +302,13 @@ def replay(trace: Sequence[Mapping[int, int]], block_size: int, shared_prefix: i
         out.block_owner.append(owner)
     out.copies_on_write = cache.copies_on_write
     return out
+
+
+def prefix_saving(trace: Sequence[Mapping[int, int]], prefix: int, block_size: int) -> tuple[Replay, Replay, float]:
+    """The trace replayed without and with its ``prefix``-token common prefix shared, and the share of the mean
+    paged memory that sharing saves."""
+    plain, share = replay(trace, block_size), replay(trace, block_size, shared_prefix=prefix)
+    return plain, share, 1 - sum(share.paged) / sum(plain.paged)
 
 
 def common_prefix_length(prompts: Sequence[Sequence[int]]) -> int:

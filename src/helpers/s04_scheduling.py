@@ -8,8 +8,8 @@ Section 4 (notebooks/04-batching.md), part 2.
 * :func:`simulate` plays static or continuous batching step by step, each step
   costing what the measured sweep says (:func:`helpers.s04_batching.step_cost_from_sweep`);
 * a :class:`Schedule` records when each request was admitted, finished and
-  answered; :func:`summary` and :func:`compare` turn it into throughput and
-  latency, and :func:`gantt_figure` draws its slot timeline. The real engine
+  answered; :func:`summary` and :func:`compare` (:func:`gains` for a workload
+  simulated both ways) turn it into throughput and latency, and :func:`gantt_figure` draws its slot timeline. The real engine
   (:mod:`helpers.s04_servers`) returns the same :class:`Schedule`.
 """
 from __future__ import annotations
@@ -172,7 +172,8 @@ def summary(s: Schedule) -> dict:
     """Throughput and latency statistics of a schedule."""
     lat = s.latency
     return dict(policy=s.policy, slots=s.slots, requests=len(lat), tokens=s.tokens, makespan_s=s.makespan,
-                steps=s.steps, throughput_tok_s=s.throughput, mean_latency_s=statistics.fmean(lat),
+                steps=s.steps, padded_steps=s.padded_steps, throughput_tok_s=s.throughput,
+                mean_latency_s=statistics.fmean(lat),
                 median_latency_s=statistics.median(lat), p95_latency_s=percentile(lat, 95))
 
 
@@ -183,6 +184,13 @@ def compare(static: Schedule, continuous: Schedule) -> dict:
                 mean_latency_x=a["mean_latency_s"] / b["mean_latency_s"],
                 median_latency_x=a["median_latency_s"] / b["median_latency_s"],
                 p95_latency_x=a["p95_latency_s"] / b["p95_latency_s"])
+
+
+def gains(lengths: Sequence[int], slots: int, step_cost: Callable[[int], float],
+          arrivals: Sequence[float] | None = None, padding_costs: bool = True) -> dict:
+    """:func:`compare` of the two policies simulated on one workload (``padding_costs`` for the static one)."""
+    return compare(simulate(lengths, slots, "static", step_cost, arrivals, padding_costs),
+                   simulate(lengths, slots, "continuous", step_cost, arrivals))
 
 
 def check_workload(lengths: Sequence[int], slots: int, policy: str, arrivals):

@@ -5,10 +5,11 @@ Section 4 (notebooks/04-batching.md), part 2.
 * :func:`off_greedy`: check a batched reply against what the request produces alone (prefill, then batch-1
   decode steps: :func:`helpers.s01_kv_cache.generate_cached`) without generating it, one teacher-forced pass per
   request (over the reply alone when the request's prefill is at hand), up to ties (:data:`TIE_GAP`) that
-  rounding may break either way.
+  rounding may break either way; :func:`summarize` counts what it found for a table.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Sequence
 
 import torch
@@ -17,6 +18,24 @@ from . import s01_kv_cache as kc
 
 
 TIE_GAP = 1e-3      # logits closer than this are a tie that rounding may break either way
+
+
+@dataclass(frozen=True)
+class Parted:
+    """What :func:`off_greedy` found over a run's requests, counted."""
+    same: int                # requests whose every token is the model's own pick alone
+    ties: int                # requests that parted from it only at ties (every gap at most the tie gap)
+    largest_gap: float       # the largest gap over all parted requests (0.0 when none parted)
+    where: str               # "request:token" (token counted from 1) where each parted request first did, or "—"
+
+
+def summarize(found: Sequence[tuple[int, int, float]], requests: int, tie: float = TIE_GAP) -> Parted:
+    """Count :func:`off_greedy`'s findings over ``requests`` requests, for one row of a table."""
+    if len(found) > requests:
+        raise ValueError(f"{len(found)} requests parted, more than the {requests} served: pass the run's count.")
+    gaps = [gap for *_, gap in found]
+    return Parted(requests - len(found), sum(g <= tie for g in gaps), max(gaps, default=0.0),
+                  " ".join(f"{i}:{k + 1}" for i, k, _ in found) or "—")
 
 
 @torch.inference_mode()
