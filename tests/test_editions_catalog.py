@@ -61,6 +61,14 @@ def test_no_figure_or_control_label_escapes_the_catalog():
     assert not escaped, escaped
 
 
+def test_templates_reads_a_controls_description_given_by_position():
+    source = ('int_slider(64, 8, 1024, 8, "cache tokens per request")\n'
+              'float_slider(2.0, 1.1, 4.0, 0.1, "knee at latency x")\n'
+              'dropdown(["a", "b"], "a", "model")\ntext("", "prompt")\n')
+    assert [t for _, t in extractor().templates(source)] == ["cache tokens per request", "knee at latency x",
+                                                               "model", "prompt"]
+
+
 def test_templates_reads_claims_and_measure_checked_tuples():
     source = ('claim(r < 2, "decode is flat", "{r:.2f}x", r=r)\n'
               'def checks(t):\n    return {"a": (t < 1, "it is quick", "{t:.1f} s", dict(t=t))}\n'

@@ -23,6 +23,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 from .controls import is_static
+from .messages import catalog, edition
 
 
 @dataclass
@@ -174,7 +175,10 @@ def peak_memory(fn: Callable[[], object], device: str | torch.device | None = No
 
 
 def progress(iterable, desc: str | None = None, **kwargs):
-    """A tqdm progress bar: a widget in JupyterLab, plain text (on stderr) in the static book build."""
+    """A tqdm progress bar: a widget in JupyterLab, plain text (on stderr) in the static book build. ``desc``, its
+    label, is shown as the edition's catalog has it (a literal one is extracted; a name such as a model's stays)."""
+    if isinstance(desc, str):
+        desc = catalog(edition()).get(desc, desc)
     # Imported here, on purpose: which tqdm depends on the mode, and tqdm.auto draws a widget in a kernel.
     if is_static():
         from tqdm.std import tqdm
