@@ -54,6 +54,7 @@ The ideas, in the chapter's order:
     * :mod:`helpers.s07_quality`    perplexity, teacher-forced agreement, paired differences
     * :mod:`helpers.s07_batched`    padded batches: many prompts in one pass, a shared opening computed once
     * :mod:`helpers.s07_battery`    the question battery, answered in batches
+    * :mod:`helpers.s07_pairs`      which measurement tells two schemes apart: paired and unpaired
     * :mod:`helpers.s07_exercises`  the exercises and their checkers
 * 08-speculative-decoding
     * :mod:`helpers.s08_speculative` the arithmetic, Leviathan's acceptance rule, the draft/verify loop

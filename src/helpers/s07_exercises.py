@@ -4,8 +4,10 @@ Notebook 07 ends with these; ``check("7.2", answer, **facts)`` judges an answer 
 computed from the facts the notebook passes in (:mod:`helpers.infra.exercises`).
 
 * 7.1 predict: the reference's perplexity per *word* of the span, from its NLL per token.
-* 7.2 predict, then measure: int5 per-row's mean weight error from int8 per-row's, by the size of absmax's step.
-* 7.3 explain: what the unpaired intervals and the paired difference say about int8 per-row (a letter).
+* 7.2 predict, then measure: int5 per-row's mean weight error from int8 per-row's, by the size of absmax's step
+  (the question states the model: error proportional to the step; the measurement shows what it neglects).
+* 7.3 explain: how many times less the per-token difference of the reference and int8 per-row spreads than the
+  reference's own NLL does: why pairing works.
 * 7.4 change the code: transformers' repetition penalty, the setting that swaps two rows of the battery.
 """
 from __future__ import annotations
@@ -37,20 +39,13 @@ def _error_at(int8_error, bits, ratio):
     return int8_error * ratio(8) / ratio(bits)
 
 
-# --------------------------------------------------------------------------- 7.3: unpaired and paired
+# --------------------------------------------------------------------------- 7.3: why pairing works
 
 
-def _pairing_letter(overlap: bool, separates: bool) -> str:
-    """a: intervals overlap, paired excludes 0; b: apart, excludes 0; c: overlap, includes 0; d: apart, includes 0."""
-    return {(True, True): "a", (False, True): "b", (True, False): "c", (False, False): "d"}[(overlap, separates)]
-
-
-def _overlap(ref_low, ref_high, int8_low, int8_high, **_):
-    return ref_low <= int8_high and int8_low <= ref_high
-
-
-def _separates(diff_low, diff_high, **_):
-    return diff_low > 0 or diff_high < 0
+def _spread_ratio(ref_sd, int8_sd, r, paired=True):
+    """ref_sd / sd(ref - int8), with sd(a - b)^2 = sd(a)^2 + sd(b)^2 - 2 r sd(a) sd(b) (r = 0: unpaired)."""
+    cov = r * ref_sd * int8_sd if paired else 0.0
+    return ref_sd / math.sqrt(max(ref_sd ** 2 + int8_sd ** 2 - 2 * cov, 1e-300))
 
 
 # --------------------------------------------------------------------------- 7.4: the repetition penalty
@@ -122,18 +117,19 @@ EXERCISES = ExerciseSet(
                     lambda int8_error, bits: _error_at(int8_error, bits, lambda b: _levels(b) ** 2)),
         ]),
     Exercise(
-        "7.3", EXPLAIN, choices="abcd",
-        answer=lambda **f: _pairing_letter(_overlap(**f), _separates(**f)),
-        example=dict(ref_low=60.16, ref_high=90.92, int8_low=60.59, int8_high=91.58, diff_low=-0.0115,
-                     diff_high=-0.0029),
-        hint="Decide two things from this run: do the two perplexity intervals overlap, and does the paired "
-             "difference's interval contain 0?",
+        "7.3", EXPLAIN, answer=lambda **f: _spread_ratio(**f), rel=0.01,
+        example=dict(ref_sd=2.5575, int8_sd=2.5592, r=0.99963),
+        hint="Take each token's NLL under both schemes, subtract token by token, and compare the spread of those "
+             "differences with the spread of the reference's NLLs.",
         mistakes=[
-            Mistake("Two intervals that overlap do not make two schemes equal: read the paired difference's "
-                    "interval as well.",
-                    lambda **f: _pairing_letter(_overlap(**f), not _overlap(**f))),
-            Mistake("Compare the two perplexity intervals themselves, end to end, before you call them apart.",
-                    lambda **f: _pairing_letter(not _separates(**f), _separates(**f))),
+            Mistake("That is how much a difference of two independent scores spreads: these two schemes read the "
+                    "same tokens, so subtract token by token before you measure the spread.",
+                    lambda **f: _spread_ratio(**f, paired=False)),
+            Mistake("Divide the reference's spread by the difference's: the question asks how many times less "
+                    "the difference spreads.",
+                    lambda **f: 1 / _spread_ratio(**f)),
+            Mistake("Compare standard deviations, not variances.",
+                    lambda **f: _spread_ratio(**f) ** 2),
         ]),
     Exercise(
         "7.4", CODE, answer=lambda **_: repetition_penalty, example={}, cases=_cases_7_4,
