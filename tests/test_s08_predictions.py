@@ -60,6 +60,15 @@ def test_decoding_agreement_is_section_7s_for_a_draft_that_rounds_nothing_per_ca
     assert D.decoding_agreement(ref, D.ModelDraft(tiny_llama), positions).rate == 1.0   # the target itself
 
 
+def test_a_restricted_heads_logprobs_in_one_forward_agree_as_it_decodes(tiny_llama):
+    prompt = torch.randint(0, 97, (1, 6), generator=torch.Generator().manual_seed(8))
+    positions = _text_positions(tiny_llama, prompt, 16)
+    ref = quality.next_token_logprobs(tiny_llama, positions)
+    draft = D.early_exit_draft(tiny_llama, 1, D.frequent_tokens(positions.sequences, 40, 97))
+    at_once = quality.agreement(ref, D.draft_logprobs(draft, positions), positions)
+    assert at_once.per_position == D.decoding_agreement(ref, draft, positions).per_position
+
+
 def test_decoding_agreement_maps_a_restricted_head_and_refuses_other_positions(tiny_llama):
     prompt = torch.randint(0, 97, (1, 6), generator=torch.Generator().manual_seed(4))
     positions = _text_positions(tiny_llama, prompt, 12)

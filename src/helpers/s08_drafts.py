@@ -201,6 +201,21 @@ def decoding_agreement(reference_logprobs: torch.Tensor, draft: ModelDraft,
     return quality.Agreement(k, len(same), k / len(same), low, high, float("nan"), tuple(same))
 
 
+@torch.inference_mode()
+def draft_logprobs(draft: ModelDraft, positions: quality.Positions) -> torch.Tensor:
+    """A model draft's next-token log-probs over the whole vocabulary at every position, teacher-forced in one
+    forward (:func:`helpers.s07_quality.next_token_logprobs`), for :func:`helpers.s07_quality.agreement`.
+
+    Equal to :func:`decoding_agreement`'s guesses for a draft whose rows do not share anything (fp32 weights, no
+    rounding per call), and cheaper; a restricted head's missing tokens get -inf (so the agreement's mean KL is
+    not finite)."""
+    small = quality.next_token_logprobs(draft.model, positions)
+    if draft.token_map is None:
+        return small
+    full = torch.full((*small.shape[:-1], draft.vocab), float("-inf"), dtype=small.dtype)
+    return full.index_copy(-1, draft.token_map.to(small.device), small)
+
+
 def ideal_cost(model: torch.nn.Module, scheme: Q.Scheme) -> float:
     """c of a draft on an ideal memory-bound kernel: the bytes a decode step reads with ``scheme``'s projection
     matrices (codes and scales), over the bytes the fp32 step reads. The rest (embedding, norms, a tied output
