@@ -123,12 +123,13 @@ def test_ideal_cost_is_bytes_read_over_fp32_bytes(tiny_llama):
     assert D.ideal_cost(tiny_llama, schemes["int4 per-row"]) < D.ideal_cost(tiny_llama, schemes["int8 per-row"]) < 1
 
 
-def test_step_seconds_times_every_k_and_refuses_more_than_the_prompt(tiny_llama):
+def test_step_seconds_times_every_k_even_past_the_prompts_length_and_refuses_k_0(tiny_llama):
     prompt = torch.randint(0, 97, (1, 6), generator=torch.Generator().manual_seed(5))
-    t = S.step_seconds(tiny_llama, prompt, [1, 3], repeats=1, fastest=True)
-    assert set(t) == {1, 3} and all(s > 0 for s in t.values())
-    with pytest.raises(ValueError):
-        S.step_seconds(tiny_llama, prompt, [7])
+    t = S.step_seconds(tiny_llama, prompt, [1, 3, 9], repeats=1, fastest=True)
+    assert set(t) == {1, 3, 9} and all(s > 0 for s in t.values())
+    for bad in ([0], [2.5], [True]):
+        with pytest.raises(ValueError):
+            S.step_seconds(tiny_llama, prompt, bad)
 
 
 # --------------------------------------------------------------------------- the race, and transformers' loop

@@ -253,18 +253,17 @@ def step_seconds(model, prompt_ids: torch.Tensor, ks, repeats: int = 3, fastest:
     """Median (or fastest) seconds of one forward over k new tokens on a cache holding the prompt, for each k.
 
     The prompt is read once; every step is cropped back to it, so each k starts from the same cache. The k new
-    tokens are the prompt's last k (their values do not change the cost). ``fastest`` reads the least disturbed
-    run: other programs can only add time. v(k) of the formula is ``t[k] / t[1]``.
+    tokens are the prompt's last token, k times (their values do not change the cost). ``fastest`` reads the least
+    disturbed run: other programs can only add time. v(k) of the formula is ``t[k] / t[1]``.
     """
-    if not all(isinstance(k, int) and 1 <= k <= prompt_ids.shape[1] for k in ks):
-        raise ValueError(f"each k must be a whole number of tokens from 1 to the prompt's {prompt_ids.shape[1]}, "
-                         f"got {list(ks)}.")
+    if not all(isinstance(k, int) and not isinstance(k, bool) and k >= 1 for k in ks):
+        raise ValueError(f"each k must be a whole number of new tokens, at least 1, got {list(ks)}.")
     _, cache = kc.forward(model, prompt_ids, cache=kc.rollback_cache(model))     # a cache that can be cut back
     held = kc.cache_length(cache)
 
     def timed(k):
         def step():
-            kc.forward(model, prompt_ids[:, -k:], cache=cache)
+            kc.forward(model, prompt_ids[:, -1:].repeat(1, k), cache=cache)
             kc.crop_cache(cache, held)
         timing = time_it(step, repeats=repeats, warmup=1)
         return timing.min if fastest else timing.median
