@@ -123,6 +123,12 @@ def test_ideal_cost_is_bytes_read_over_fp32_bytes(tiny_llama):
     assert D.ideal_cost(tiny_llama, schemes["int4 per-row"]) < D.ideal_cost(tiny_llama, schemes["int8 per-row"]) < 1
 
 
+def test_steps_in_turn_times_every_model_and_k(tiny_llama):
+    prompt = torch.randint(0, 97, (1, 6), generator=torch.Generator().manual_seed(9))
+    t = S.steps_in_turn({"a": tiny_llama, "b": D.early_exit_draft(tiny_llama, 1).model}, prompt, (1, 4), repeats=2)
+    assert set(t) == {"a", "b"} and all(set(v) == {1, 4} and min(v.values()) > 0 for v in t.values())
+
+
 def test_step_seconds_times_every_k_even_past_the_prompts_length_and_refuses_k_0(tiny_llama):
     prompt = torch.randint(0, 97, (1, 6), generator=torch.Generator().manual_seed(5))
     t = S.step_seconds(tiny_llama, prompt, [1, 3, 9], repeats=1, fastest=True)

@@ -18,7 +18,7 @@ import math
 import torch
 
 from . import s01_kv_cache as kc
-from .infra.measure import now, time_it
+from .infra.measure import interleaved_medians, now
 
 # --------------------------------------------------------------------------- the arithmetic
 
@@ -249,25 +249,36 @@ def speculative_generate(target, draft, prompt_ids: torch.Tensor, n_new: int, ga
 # --------------------------------------------------------------------------- what a step costs
 
 
-def step_seconds(model, prompt_ids: torch.Tensor, ks, repeats: int = 3, fastest: bool = False) -> dict:
-    """Median (or fastest) seconds of one forward over k new tokens on a cache holding the prompt, for each k.
+def steps_in_turn(models: dict, prompt_ids: torch.Tensor, ks, repeats: int = 3, fastest: bool = False) -> dict:
+    """Seconds of one forward over k new tokens on a cache holding the prompt, for each model and each k, all
+    timed in turn (:func:`helpers.infra.measure.interleaved_medians`): load that comes and goes hits every case
+    alike, so their ratios survive a noisy machine. Returns {name: {k: median, or fastest, seconds}}.
 
-    The prompt is read once; every step is cropped back to it, so each k starts from the same cache. The k new
-    tokens are the prompt's last token, k times (their values do not change the cost). ``fastest`` reads the least
-    disturbed run: other programs can only add time. v(k) of the formula is ``t[k] / t[1]``.
+    Each model reads the prompt once; every step is cropped back to it, so each k starts from the same cache. The
+    k new tokens are the prompt's last token, k times (their values do not change the cost). ``fastest`` reads the
+    least disturbed run: other programs can only add time. v(k) of the formula is ``t[k] / t[1]``.
     """
     if not all(isinstance(k, int) and not isinstance(k, bool) and k >= 1 for k in ks):
         raise ValueError(f"each k must be a whole number of new tokens, at least 1, got {list(ks)}.")
-    _, cache = kc.forward(model, prompt_ids, cache=kc.rollback_cache(model))     # a cache that can be cut back
-    held = kc.cache_length(cache)
 
-    def timed(k):
-        def step():
+    def step(model, k):
+        _, cache = kc.forward(model, prompt_ids, cache=kc.rollback_cache(model))     # a cache that can be cut
+        held = kc.cache_length(cache)
+
+        def run():
             kc.forward(model, prompt_ids[:, -1:].repeat(1, k), cache=cache)
             kc.crop_cache(cache, held)
-        timing = time_it(step, repeats=repeats, warmup=1)
-        return timing.min if fastest else timing.median
-    return {k: timed(k) for k in ks}
+        return run
+
+    timings = interleaved_medians({(name, k): step(m, k) for name, m in models.items() for k in ks},
+                                  repeats=repeats, warmup=1)
+    return {name: {k: (timings[name, k].min if fastest else timings[name, k].median) for k in ks}
+            for name in models}
+
+
+def step_seconds(model, prompt_ids: torch.Tensor, ks, repeats: int = 3, fastest: bool = False) -> dict:
+    """{k: seconds} of one model's forward over k new tokens, the ks timed in turn (:func:`steps_in_turn`)."""
+    return steps_in_turn({0: model}, prompt_ids, ks, repeats, fastest)[0]
 
 
 # --------------------------------------------------------------------------- predicting the loop's rounds
