@@ -2,6 +2,7 @@
 own helpers, a simulation), the letters of 8.2, and top-p against its definition and the acceptance rule."""
 from __future__ import annotations
 
+import pytest
 import torch
 
 from helpers import s08_speculative as S
@@ -24,9 +25,20 @@ def test_8_2_letters():
     assert answer(measured=1.5, chapter=3.88, with_v=3.8) == "c"      # v(γ + 1) within 5 % of 1
 
 
-def test_8_3_accepts_the_sections_speedup_at_the_limit():
+def test_8_3_accepts_the_c_where_a_perfect_draft_breaks_even():
     f = EXERCISES["8.3"].example
-    assert EXERCISES.verdict("8.3", S.speedup(1 - 1e-9, f["gamma"], f["c"], f["v"]), **f).right
+    low, high = 1e-6, 10.0                                            # bisection on the section's speed-up
+    for _ in range(60):
+        mid = (low + high) / 2
+        low, high = (mid, high) if S.speedup(1 - 1e-9, f["gamma"], mid, f["v"]) > 1 else (low, mid)
+    assert EXERCISES.verdict("8.3", low, **f).right
+    assert EXERCISES["8.3"].answer(gamma=5, v=2.0) == pytest.approx(0.8)      # (γ + 1 - v) / γ
+
+
+def test_8_3_the_mistake_of_v_1_is_named():
+    f = EXERCISES["8.3"].example
+    verdict = EXERCISES.verdict("8.3", 1.0, **f)                      # (γ + 1 - 1) / γ
+    assert not verdict.right and "v(γ + 1)" in verdict.sentence
 
 
 def test_8_4_cases_stay_clear_of_ties_at_top_p():

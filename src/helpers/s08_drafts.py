@@ -36,9 +36,12 @@ from typing import Sequence
 import torch
 
 from . import s01_kv_cache as kc
-from .infra.measure import now
+from . import s02_roofline as roofline
+from . import s05_quantization as Q
+from . import s07_quality as quality
+from .infra.measure import interleaved_medians, now
 from .infra.model import decoder_layers
-from .s08_speculative import processed
+from .s08_speculative import processed, speculative_generate
 
 try:                 # transformers' switch that skips the random initialisation of a new model
     from transformers.initialization import no_init_weights
@@ -166,6 +169,123 @@ def early_exit_draft(target: torch.nn.Module, layers: int, token_map: torch.Tens
     if token_map is not None:
         restrict_head(student, token_map)
     return ModelDraft(student, token_map, vocab)
+
+
+@torch.inference_mode()
+def decoding_agreement(reference_logprobs: torch.Tensor, draft: ModelDraft,
+                       positions: quality.Positions) -> quality.Agreement:
+    """Section 7's agreement, measured the way the loop runs the draft: the α of the draft as it decodes.
+
+    :func:`helpers.s07_quality.agreement` reads all positions of a prompt in one forward. A kernel that also
+    rounds activations (torch's dynamic int8, one scale per call) then rounds a whole text with one scale. Here
+    the draft reads each prompt at once and then the reference's tokens one at a time, through its own
+    ``propose`` and ``commit``, as in :func:`helpers.s08_speculative.speculative_generate`; each position's
+    greedy guess is compared with the reference's next token (``reference_logprobs``, from
+    :func:`helpers.s07_quality.next_token_logprobs`). ``mean_kl`` is not computed (NaN).
+    """
+    seq, mask, n = positions.sequences, positions.attention_mask, positions.n_new
+    if reference_logprobs.shape[:2] != (seq.shape[0], n):
+        raise ValueError(f"reference_logprobs {tuple(reference_logprobs.shape)} do not cover these positions: "
+                         "compute them with helpers.s07_quality.next_token_logprobs on the same positions.")
+    choice = reference_logprobs.argmax(-1).tolist()
+    same = []
+    for i in range(seq.shape[0]):
+        row = seq[i, mask[i].bool()].tolist()
+        draft.start(torch.tensor([row[:-n]], device=seq.device))
+        for j, token in enumerate(row[-n:]):
+            guess, _ = draft.propose(1)
+            same.append(int(guess[0] == choice[i][j]))
+            draft.commit([token])                      # the reference's own text, as the loop commits the target's
+    k = sum(same)
+    low, high = quality.wilson(k, len(same))
+    return quality.Agreement(k, len(same), k / len(same), low, high, float("nan"), tuple(same))
+
+
+@torch.inference_mode()
+def draft_logprobs(draft: ModelDraft, positions: quality.Positions) -> torch.Tensor:
+    """A model draft's next-token log-probs over the whole vocabulary at every position, teacher-forced in one
+    forward (:func:`helpers.s07_quality.next_token_logprobs`), for :func:`helpers.s07_quality.agreement`.
+
+    Equal to :func:`decoding_agreement`'s guesses for a draft whose rows do not share anything (fp32 weights, no
+    rounding per call), and cheaper; a restricted head's missing tokens get -inf (so the agreement's mean KL is
+    not finite)."""
+    small = quality.next_token_logprobs(draft.model, positions)
+    if draft.token_map is None:
+        return small
+    full = torch.full((*small.shape[:-1], draft.vocab), float("-inf"), dtype=small.dtype)
+    return full.index_copy(-1, draft.token_map.to(small.device), small)
+
+
+def ideal_cost(model: torch.nn.Module, scheme: Q.Scheme) -> float:
+    """c of a draft on an ideal memory-bound kernel: the bytes a decode step reads with ``scheme``'s projection
+    matrices (codes and scales), over the bytes the fp32 step reads. The rest (embedding, norms, a tied output
+    head) stays as it is. What a kernel reaches when reading the weights is all a step costs."""
+    proj = Q.projection_weights(model)
+    full = roofline.weights_read_per_step(model)
+    as_is = sum(w.numel() * w.element_size() for w in proj.values())
+    stored = sum(w.numel() * scheme.bits_per_weight(w.shape) / 8 for w in proj.values())
+    return (full - as_is + stored) / full
+
+
+PLAIN = "plain greedy"
+
+
+def race(target, drafts: dict, prompt_ids: torch.Tensor, n_new: int, gamma: int, again: Sequence[str] = (),
+         repeats: int = 2):
+    """Plain greedy decoding against greedy speculation with each draft, timed in turn.
+
+    Every draft runs once, interleaved with plain greedy (:func:`helpers.s01_kv_cache.generate_cached`); then
+    plain greedy and the drafts named in ``again`` take turns ``repeats - 1`` more times. Every output must
+    equal plain greedy's first, token for token (``AssertionError`` otherwise). Returns (seconds: every run's
+    seconds by name, :data:`PLAIN` among them; each draft's stats from its last run; plain greedy's tokens).
+    """
+    unknown = set(again) - set(drafts)
+    if unknown or repeats < 1:
+        raise ValueError(f"again must name drafts of the race and repeats be at least 1, got {sorted(unknown)} "
+                         f"and {repeats}.")
+    first, stats = {}, {}
+
+    def plain():
+        tokens = kc.generate_cached(target, prompt_ids, n_new)
+        assert torch.equal(first.setdefault(PLAIN, tokens), tokens), "plain greedy changed its output"
+
+    def speculative(name):
+        def run():
+            tokens, stats[name] = speculative_generate(target, drafts[name], prompt_ids, n_new, gamma)
+            assert torch.equal(tokens, first[PLAIN]), f"{name}: the output differs from plain greedy"
+        return run
+
+    once = interleaved_medians({PLAIN: plain, **{n: speculative(n) for n in drafts}}, repeats=1, warmup=0)
+    seconds = {k: list(t.times) for k, t in once.items()}
+    if repeats > 1:
+        more = interleaved_medians({PLAIN: plain, **{n: speculative(n) for n in again}}, repeats=repeats - 1,
+                                   warmup=0)
+        for k, t in more.items():
+            seconds[k] += t.times
+    return seconds, stats, first[PLAIN]
+
+
+def assisted_runs(target, assistant, prompt_ids: torch.Tensor, n_new: int, gamma: int, pad_token_id: int) -> dict:
+    """transformers' own speculative loop (``generate``), greedy, one run each: plain, with ``assistant`` as the
+    draft, and with prompt lookup. Returns {name: (seconds, the new tokens)}, names :data:`PLAIN`, "assistant",
+    "prompt lookup".
+
+    The assistant proposes γ tokens a round: a constant schedule and a confidence threshold of 0, set on the
+    assistant's own ``generation_config`` (where ``generate`` reads them), which must not be the target's.
+    """
+    settings = assistant.generation_config
+    if settings is target.generation_config:
+        raise ValueError("the assistant shares the target's generation_config: give it a copy (copy.deepcopy) first.")
+    settings.num_assistant_tokens, settings.num_assistant_tokens_schedule = gamma, "constant"
+    settings.assistant_confidence_threshold = 0.0
+    out = {}
+    for name, kw in [(PLAIN, {}), ("assistant", dict(assistant_model=assistant)),
+                     ("prompt lookup", dict(prompt_lookup_num_tokens=gamma))]:
+        t0 = now()
+        tokens = target.generate(prompt_ids, attention_mask=torch.ones_like(prompt_ids), max_new_tokens=n_new,
+                                 do_sample=False, pad_token_id=pad_token_id, **kw)
+        out[name] = (now() - t0, tokens[:, prompt_ids.shape[1]:])
+    return out
 
 
 # --------------------------------------------------------------------------- a smaller model from the target's layers

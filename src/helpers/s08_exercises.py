@@ -5,7 +5,7 @@ computed from the facts the notebook passes in (:mod:`helpers.infra.exercises`).
 
 * 8.1 predict: the tokens one verification yields, E(α, γ), for int8 per-tensor's α at the chapter's γ = 8.
 * 8.2 explain: which prediction of prompt lookup's speed-up the run bears out, v = 1 or the measured v (a letter).
-* 8.3 explain: the best speed-up a draft at the int8 kernel's cost could reach even with every guess accepted.
+* 8.3 explain: the largest draft cost c at which a draft whose every guess is accepted still breaks even.
 * 8.4 change the code: top-p (nucleus) processing of the draft's q, under which the rule stays exact.
 """
 from __future__ import annotations
@@ -37,14 +37,15 @@ def _closer(measured, chapter, with_v):
     return "a" if abs(math.log(measured / chapter)) < abs(math.log(measured / with_v)) else "b"
 
 
-# --------------------------------------------------------------------------- 8.3: the ceiling at the kernel's cost
+# --------------------------------------------------------------------------- 8.3: break-even for a perfect draft
 
 
-def _ceiling(gamma, c, v, kept=None, steps=None):
-    """E / (γc + v) with every guess accepted: (γ + 1) tokens for γ draft steps and one verification."""
+def _break_even(gamma, v, kept=None, steps=None):
+    """The c at which (γ + 1) / (γc + v) = 1: every guess accepted, γ + 1 tokens for γ draft steps and one
+    verification costing v. ``kept`` and ``steps`` replace γ + 1 and γ (the mistakes)."""
     kept = gamma + 1 if kept is None else kept
     steps = gamma if steps is None else steps
-    return kept / (steps * c + v)
+    return (kept - v) / steps
 
 
 # --------------------------------------------------------------------------- 8.4: top-p on the draft's q
@@ -123,17 +124,18 @@ EXERCISES = ExerciseSet(
                     lambda **f: "c"),
         ]),
     Exercise(
-        "8.3", EXPLAIN, answer=lambda gamma, c, v: _ceiling(gamma, c, v), rel=0.02,
-        example=dict(gamma=5, c=2.42, v=2.0),
-        hint="With every guess accepted, a round yields γ + 1 tokens; divide by what the round costs.",
+        "8.3", EXPLAIN, answer=lambda gamma, v: _break_even(gamma, v), rel=0.02,
+        example=dict(gamma=5, v=1.73),
+        hint="With every guess accepted, a round yields γ + 1 tokens for γc + v(γ + 1) target steps: set the "
+             "speed-up to 1 and solve for c.",
         mistakes=[
             Mistake("Verification is timed on this machine: one forward over γ + 1 tokens costs v(γ + 1) steps, "
                     "not one.",
-                    lambda gamma, c, v: _ceiling(gamma, c, 1.0)),
+                    lambda gamma, v: _break_even(gamma, 1.0)),
             Mistake("Even when all {gamma} guesses are kept, the target adds its own token to the round.",
-                    lambda gamma, c, v: _ceiling(gamma, c, v, kept=gamma)),
+                    lambda gamma, v: _break_even(gamma, v, kept=gamma)),
             Mistake("The draft runs γ steps in every round, each costing c target steps.",
-                    lambda gamma, c, v: _ceiling(gamma, c, v, steps=1)),
+                    lambda gamma, v: _break_even(gamma, v, steps=1)),
         ]),
     Exercise(
         "8.4", CODE, answer=lambda **_: nucleus, example={}, cases=_cases_8_4,

@@ -18,7 +18,7 @@ import math
 import torch
 
 from . import s01_kv_cache as kc
-from .infra.measure import now
+from .infra.measure import interleaved_medians, now
 
 # --------------------------------------------------------------------------- the arithmetic
 
@@ -176,6 +176,18 @@ def acceptance_rate(accepted: int, rejected: int) -> float:
     return accepted / judged if judged else float("nan")
 
 
+def predicted(stats: dict, gamma: int, c: float, v: float) -> dict:
+    """What the formula predicts for a run of :func:`speculative_generate` from the run's own α per judged token.
+
+    Returns tokens (E(α, γ)), chapter (the speed-up with the chapter's v = 1) and with_v (with the measured v).
+    α is capped at 0.999 (E needs α < 1) and a draft that costs nothing (c = 0, prompt lookup) is taken at
+    c = 1e-6, so that E / v is its speed-up.
+    """
+    alpha, c = min(stats["acceptance_rate"], 0.999), max(c, 1e-6)
+    return dict(tokens=expected_tokens(alpha, gamma), chapter=speedup(alpha, gamma, c),
+                with_v=speedup(alpha, gamma, c, v))
+
+
 def _check_inputs(draft, prompt_ids: torch.Tensor, n_new: int, gamma: int) -> None:
     if not all(callable(getattr(draft, m, None)) for m in ("start", "propose", "commit")):
         raise ValueError("draft must have the draft protocol (start, propose, commit): wrap a model in "
@@ -232,3 +244,91 @@ def speculative_generate(target, draft, prompt_ids: torch.Tensor, n_new: int, ga
                         target_forwards=forwards, tokens_per_forward=len(out) / forwards,
                         draft_forwards=getattr(draft, "forwards", 0),
                         draft_prefill_seconds=getattr(draft, "prefill_seconds", 0.0), seconds=now() - t0)
+
+
+# --------------------------------------------------------------------------- what a step costs
+
+
+def steps_in_turn(models: dict, prompt_ids: torch.Tensor, ks, repeats: int = 3, fastest: bool = False) -> dict:
+    """Seconds of one forward over k new tokens on a cache holding the prompt, for each model and each k, all
+    timed in turn (:func:`helpers.infra.measure.interleaved_medians`): load that comes and goes hits every case
+    alike, so their ratios survive a noisy machine. Returns {name: {k: median, or fastest, seconds}}.
+
+    Each model reads the prompt once; every step is cropped back to it, so each k starts from the same cache. The
+    k new tokens are the prompt's last token, k times (their values do not change the cost). ``fastest`` reads the
+    least disturbed run: other programs can only add time. v(k) of the formula is ``t[k] / t[1]``.
+    """
+    if not all(isinstance(k, int) and not isinstance(k, bool) and k >= 1 for k in ks):
+        raise ValueError(f"each k must be a whole number of new tokens, at least 1, got {list(ks)}.")
+
+    def step(model, k):
+        _, cache = kc.forward(model, prompt_ids, cache=kc.rollback_cache(model))     # a cache that can be cut
+        held = kc.cache_length(cache)
+
+        def run():
+            kc.forward(model, prompt_ids[:, -1:].repeat(1, k), cache=cache)
+            kc.crop_cache(cache, held)
+        return run
+
+    timings = interleaved_medians({(name, k): step(m, k) for name, m in models.items() for k in ks},
+                                  repeats=repeats, warmup=1)
+    return {name: {k: (timings[name, k].min if fastest else timings[name, k].median) for k in ks}
+            for name in models}
+
+
+def step_seconds(model, prompt_ids: torch.Tensor, ks, repeats: int = 3, fastest: bool = False) -> dict:
+    """{k: seconds} of one model's forward over k new tokens, the ks timed in turn (:func:`steps_in_turn`)."""
+    return steps_in_turn({0: model}, prompt_ids, ks, repeats, fastest)[0]
+
+
+# --------------------------------------------------------------------------- predicting the loop's rounds
+
+
+def greedy_rounds(agrees, gamma: int) -> dict:
+    """The rounds greedy speculation plays along the target's own text, from the draft's agreement there.
+
+    ``agrees[i]`` says whether the draft's greedy next token equals the target's at position i of the target's
+    greedy text, given that text as the prefix. A round starting at i keeps the agreeing positions from i on, up
+    to γ; the next position is a rejection (judged) or, after γ kept, the target's bonus token (not judged); the
+    next round starts after it. Under greedy decoding this is what :func:`speculative_generate` does, round for
+    round. Only rounds that end inside the text are counted. Returns accepted, rejected, rounds, tokens.
+    """
+    check_params(0.0, gamma)
+    agrees = [bool(a) for a in agrees]
+    i = accepted = rejected = rounds = tokens = 0
+    while True:
+        ok = 0
+        while ok < gamma and i + ok < len(agrees) and agrees[i + ok]:
+            ok += 1
+        end = i + ok                                  # the rejected position, or the target's bonus token
+        if end >= len(agrees):
+            break
+        accepted, rejected = accepted + ok, rejected + (ok < gamma)
+        rounds, tokens, i = rounds + 1, tokens + ok + 1, end + 1
+    return dict(accepted=accepted, rejected=rejected, rounds=rounds, tokens=tokens)
+
+
+def held_out_prediction(per_prompt, gamma: int) -> list[dict]:
+    """Estimate α on half the prompts and predict the tokens per verification on the other half, both ways.
+
+    ``per_prompt`` holds one agreement sequence per prompt (:func:`greedy_rounds` plays each). The halves are
+    the odd-numbered and the even-numbered prompts (1, 3, 5... and 2, 4, 6..., counting from 1). α is
+    estimated per judged token (:func:`acceptance_rate`) on one half's rounds; E(α, γ) is compared with the
+    tokens per verification the other half's rounds kept. Returns one dict per direction: estimated_on,
+    predicted_for (the prompts' numbers), alpha, predicted, measured.
+    """
+    if len(per_prompt) < 2:
+        raise ValueError(f"need at least 2 prompts to hold half of them out, got {len(per_prompt)}.")
+    halves = [list(range(0, len(per_prompt), 2)), list(range(1, len(per_prompt), 2))]
+
+    def pooled(rows):
+        counts = [greedy_rounds(per_prompt[r], gamma) for r in rows]
+        return {k: sum(c[k] for c in counts) for k in counts[0]}
+
+    out = []
+    for fit, test in (halves, halves[::-1]):
+        a, b = pooled(fit), pooled(test)
+        alpha = min(acceptance_rate(a["accepted"], a["rejected"]), 0.999)       # E(α, γ) needs α < 1
+        out.append(dict(estimated_on=[r + 1 for r in fit], predicted_for=[r + 1 for r in test], alpha=alpha,
+                        predicted=expected_tokens(alpha, gamma), measured=b["tokens"] / max(b["rounds"], 1)))
+    return out
