@@ -139,3 +139,115 @@ def test_the_script_check_passes_the_seed_and_fails_english(edition):
         [p[:60] for p, (o, l) in zip(prose, shares) if o <= l][:3]
     english = paragraphs(ENGLISH[2].read_text(encoding="utf8"))
     assert all(script_share(p, letters)[0] == 0 for p in english)
+
+
+# ----------------------------------------------------------------------------------------------- issue 38: one voice
+# Everything an edition's reader reads: its notebooks' Markdown, its site pages, its message catalog's translations.
+def edition_texts(edition: str) -> dict[str, str]:
+    """{where: text} of everything written in ``edition``: Markdown cells (prose only), pages, catalog entries."""
+    out = {}
+    for p in sorted((ROOT / "notebooks" / edition).glob("[0-9][0-9]-*.md")):
+        for i, c in enumerate(jupytext.read(p).cells):
+            if c.cell_type == "markdown":
+                out[f"{p.name}, cell {i}"] = strip_unscripted(c.source)
+    for p in sorted((ROOT / "book" / edition).glob("*.md")):
+        out[f"book/{edition}/{p.name}"] = strip_unscripted(p.read_text(encoding="utf8"))
+    po = ROOT / "locale" / edition / "LC_MESSAGES" / "helpers.po"
+    if po.exists():
+        from babel.messages.pofile import read_po
+        for m in read_po(po.open("rb")):
+            if m.id and m.string:
+                out[f"helpers.po: {m.id[:40]!r}"] = m.string
+    return out
+
+
+def whole_word(form: str, letters: str) -> re.Pattern:
+    return re.compile(rf"(?<![{letters}]){re.escape(form)}(?![{letters}])")
+
+
+@pytest.mark.parametrize("edition", EDITIONS)
+def test_no_edition_uses_a_word_the_glossary_avoids(edition):
+    letters = EDITIONS[edition]
+    found = []
+    for entry in GLOSSARY_FILE["avoid"][edition]:
+        patterns = [whole_word(f, letters) for f in entry["forms"]]
+        found += [f"{where}: {p.pattern.split(')')[1].split('(')[0]!r} (use {entry['use']})"
+                  for where, text in edition_texts(edition).items() for p in patterns if p.search(text)]
+    assert not found, f"{len(found)} uses of avoided words, e.g. {found[:8]}"
+
+
+def test_the_avoided_words_are_whole_words():
+    """योग is avoided, उपयोग (use) is not; فی is avoided, فیصد (percent) is not."""
+    assert whole_word("योग", EDITIONS["hi"]).search("इसका योग 12 है")
+    assert not whole_word("योग", EDITIONS["hi"]).search("इसका उपयोग और संयोग")
+    assert not whole_word("فی", EDITIONS["ur"]).search("50 فیصد")
+    assert whole_word("فی", EDITIONS["ur"]).search("10 ms فی token")
+
+
+def raw_paragraphs(md: str) -> list[str]:
+    return [" ".join(p.split()) for p in re.split(r"\n\s*\n", md) if p.strip()]
+
+
+def translations_of_repeated_paragraphs(edition: str) -> dict[str, set[str]]:
+    """{English paragraph written more than once in the chapter: its renderings in the edition}. Paragraphs are paired
+    within a Markdown cell when the cell has as many of them in both; otherwise the whole cell is the unit."""
+    seen: dict[str, list[str]] = {}
+    for english in ENGLISH:
+        target = ROOT / "notebooks" / edition / english.name
+        for e, t in zip(jupytext.read(english).cells, jupytext.read(target).cells):
+            if e.cell_type != "markdown":
+                continue
+            ep, tp = raw_paragraphs(e.source), raw_paragraphs(t.source)
+            pairs = zip(ep, tp) if len(ep) == len(tp) else [(" ".join(ep), " ".join(tp))]
+            for a, b in pairs:
+                if re.search("[A-Za-z]{3}", strip_unscripted(a)):        # prose, not a fence or a bare label
+                    seen.setdefault(a, []).append(b)
+    return {a: set(bs) for a, bs in seen.items() if len(bs) > 1}
+
+
+@pytest.mark.parametrize("edition", EDITIONS)
+def test_a_repeated_english_paragraph_has_one_translation(edition):
+    """The Exercises section opens with the same paragraph in every notebook: it is translated once, not ten ways."""
+    repeated = translations_of_repeated_paragraphs(edition)
+    assert repeated, "no English paragraph is repeated: the check checks nothing"
+    differ = {a[:60]: len(bs) for a, bs in repeated.items() if len(bs) > 1}
+    assert not differ, f"{edition}: repeated English paragraphs rendered several ways: {differ}"
+
+
+# A word in front of a term that agrees with its gender: the possessive (का/की, کا/کی), "whole" (पूरा/पूरी, پورا/پوری)
+# and "such" (ऐसा/ऐसी, ایسا/ایسی), right in front of the term (with a word between, it may belong to that word).
+# A possessive in front of a term followed by a postposition may belong to a longer phrase ("हर scheme का layers पर
+# median error": का goes with error), so there only the adjectives count.
+AGREEING = {"hi": {"m": ["का", "पूरा", "ऐसा"], "f": ["की", "पूरी", "ऐसी"]},
+            "ur": {"m": ["کا", "پورا", "ایسا"], "f": ["کی", "پوری", "ایسی"]}}
+POSSESSIVES = {"का", "की", "کا", "کی"}
+POSTPOSITIONS = {"hi": ["पर", "में", "से", "को", "तक"], "ur": ["پر", "میں", "سے", "کو", "تک"]}
+
+
+def gender_mismatches(edition: str, texts: dict[str, str]) -> list[str]:
+    letters, after = EDITIONS[edition], "|".join(POSTPOSITIONS[edition])
+    bad = []
+    for entry in GLOSSARY:
+        gender = (entry.get("gender") or {}).get(edition)
+        if not gender:
+            continue
+        term = re.escape(entry[edition])
+        for word in AGREEING[edition]["f" if gender == "m" else "m"]:
+            tail = rf"(?!\s+(?:{after})(?![{letters}]))" if word in POSSESSIVES else ""
+            pattern = re.compile(rf"(?<![{letters}]){word}\s+{term}s?(?![A-Za-z{letters}]){tail}", re.I)
+            bad += [f"{where}: {m.group(0)!r} ({entry['en']} is {gender})" for where, text in texts.items()
+                    for m in pattern.finditer(text)]
+    return bad
+
+
+def test_the_gender_check_finds_a_mismatch_and_passes_an_agreement():
+    assert gender_mismatches("ur", {"a": "پوری attention اور loss کی attention، X کی cost weights"}) == []
+    assert gender_mismatches("ur", {"a": "اس کا distribution"}) == ["a: 'کا distribution' (distribution is f)"]
+    assert gender_mismatches("hi", {"a": "पूरी matrix, उसका batch, हर scheme का layers पर error"}) == []
+    assert gender_mismatches("hi", {"a": "इसकी batch और पूरा matrix"}) == ["a: 'पूरा matrix' (matrix is f)"]
+
+
+@pytest.mark.parametrize("edition", EDITIONS)
+def test_a_term_with_a_gender_is_used_with_it(edition):
+    bad = gender_mismatches(edition, edition_texts(edition))
+    assert not bad, f"{len(bad)} disagreements, e.g. {bad[:8]}"
