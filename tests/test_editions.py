@@ -161,8 +161,17 @@ def edition_texts(edition: str) -> dict[str, str]:
     return out
 
 
+# A script's punctuation is inside its Unicode block (the danda ।, Urdu's ، ؛ ؟ ۔): it ends a word like a space does.
+PUNCTUATION = "\u0964\u0965\u060C\u061B\u061F\u06D4"
+
+
+def letter(letters: str) -> str:
+    """A character class of the script's letters, its punctuation left out."""
+    return rf"(?:(?![{PUNCTUATION}])[{letters}])"
+
+
 def whole_word(form: str, letters: str) -> re.Pattern:
-    return re.compile(rf"(?<![{letters}]){re.escape(form)}(?![{letters}])")
+    return re.compile(rf"(?<!{letter(letters)}){re.escape(form)}(?!{letter(letters)})")
 
 
 @pytest.mark.parametrize("edition", EDITIONS)
@@ -170,9 +179,8 @@ def test_no_edition_uses_a_word_the_glossary_avoids(edition):
     letters = EDITIONS[edition]
     found = []
     for entry in GLOSSARY_FILE["avoid"][edition]:
-        patterns = [whole_word(f, letters) for f in entry["forms"]]
-        found += [f"{where}: {p.pattern.split(')')[1].split('(')[0]!r} (use {entry['use']})"
-                  for where, text in edition_texts(edition).items() for p in patterns if p.search(text)]
+        found += [f"{where}: {form!r} (use {entry['use']})" for form in entry["forms"]
+                  for where, text in edition_texts(edition).items() if whole_word(form, letters).search(text)]
     assert not found, f"{len(found)} uses of avoided words, e.g. {found[:8]}"
 
 
@@ -182,6 +190,7 @@ def test_the_avoided_words_are_whole_words():
     assert not whole_word("योग", EDITIONS["hi"]).search("इसका उपयोग और संयोग")
     assert not whole_word("فی", EDITIONS["ur"]).search("50 فیصد")
     assert whole_word("فی", EDITIONS["ur"]).search("10 ms فی token")
+    assert whole_word("योग", EDITIONS["hi"]).search("इसका योग।") and whole_word("عوامل", EDITIONS["ur"]).search("دو عوامل،")
 
 
 def raw_paragraphs(md: str) -> list[str]:
@@ -225,7 +234,7 @@ POSTPOSITIONS = {"hi": ["पर", "में", "से", "को", "तक"], "u
 
 
 def gender_mismatches(edition: str, texts: dict[str, str]) -> list[str]:
-    letters, after = EDITIONS[edition], "|".join(POSTPOSITIONS[edition])
+    letters, after = letter(EDITIONS[edition]), "|".join(POSTPOSITIONS[edition])
     bad = []
     for entry in GLOSSARY:
         gender = (entry.get("gender") or {}).get(edition)
@@ -233,8 +242,8 @@ def gender_mismatches(edition: str, texts: dict[str, str]) -> list[str]:
             continue
         term = re.escape(entry[edition])
         for word in AGREEING[edition]["f" if gender == "m" else "m"]:
-            tail = rf"(?!\s+(?:{after})(?![{letters}]))" if word in POSSESSIVES else ""
-            pattern = re.compile(rf"(?<![{letters}]){word}\s+{term}s?(?![A-Za-z{letters}]){tail}", re.I)
+            tail = rf"(?!\s+(?:{after})(?!{letters}))" if word in POSSESSIVES else ""
+            pattern = re.compile(rf"(?<!{letters}){word}\s+{term}s?(?![A-Za-z])(?!{letters}){tail}", re.I)
             bad += [f"{where}: {m.group(0)!r} ({entry['en']} is {gender})" for where, text in texts.items()
                     for m in pattern.finditer(text)]
     return bad
@@ -245,6 +254,8 @@ def test_the_gender_check_finds_a_mismatch_and_passes_an_agreement():
     assert gender_mismatches("ur", {"a": "اس کا distribution"}) == ["a: 'کا distribution' (distribution is f)"]
     assert gender_mismatches("hi", {"a": "पूरी matrix, उसका batch, हर scheme का layers पर error"}) == []
     assert gender_mismatches("hi", {"a": "इसकी batch और पूरा matrix"}) == ["a: 'पूरा matrix' (matrix is f)"]
+    assert gender_mismatches("ur", {"a": "اس کا attention، پھر"}) == ["a: 'کا attention' (attention is f)"]
+    assert gender_mismatches("hi", {"a": "यह पूरा matrix।"}) == ["a: 'पूरा matrix' (matrix is f)"]
 
 
 @pytest.mark.parametrize("edition", EDITIONS)
