@@ -46,11 +46,9 @@ def prompt_of_length(base_ids: torch.Tensor, n: int) -> torch.Tensor:
 
 def _check_lengths(values: Sequence[int], what: str) -> list[int]:
     values = list(values)
-    if not values or any(not isinstance(v, int) or v < 1 for v in values):
-        raise ValueError(message("{argument} must be a non-empty list of positive whole numbers, got {values!r}.",
-                                 argument=what, values=values))
-    if len(set(values)) != len(values):
-        raise ValueError(message("{argument} must not repeat a value, got {values!r}.", argument=what, values=values))
+    if not values or any(not isinstance(v, int) or v < 1 for v in values) or len(set(values)) != len(values):
+        raise ValueError(message("{argument} must be a non-empty list of distinct positive whole numbers, got "
+                                 "{values!r}.", argument=what, values=values))
     return values
 
 
@@ -85,8 +83,7 @@ class PrefillRow:
             raise ValueError(message("only rows of the same prompt length pool, got {tokens} and {other_tokens}.",
                                      tokens=self.tokens, other_tokens=other.tokens))
         if not self.times or not other.times:
-            raise ValueError(message("a row without its repeats (times) cannot be pooled: measure it with "
-                                     "prefill_sweep."))
+            raise ValueError(message("a row without its repeats (times) cannot be pooled: use prefill_sweep."))
         return _prefill_row(self.tokens, Timing(statistics.median(self.times + other.times),
                                                 list(self.times + other.times)))
 
@@ -210,8 +207,7 @@ def stream_reply(model, prompt_ids: torch.Tensor, n_new: int, on_token: Callable
     if not isinstance(n_new, int) or n_new < 1:
         raise ValueError(message("n_new must be a positive whole number of tokens, got {n_new!r}.", n_new=n_new))
     if prompt_ids.ndim != 2 or prompt_ids.shape[0] != 1 or prompt_ids.shape[1] < 1:
-        raise ValueError(message("prompt_ids must be shaped (1, P) with P >= 1, got {shape}.",
-                                 shape=tuple(prompt_ids.shape)))
+        raise ValueError(message("prompt_ids must be shaped (1, P), P >= 1, got {shape}.", shape=tuple(prompt_ids.shape)))
     s = Stream(prompt_tokens=int(prompt_ids.shape[1]))
     stop = set(int(t) for t in stop_ids)
     t0 = now()

@@ -1,30 +1,25 @@
 """Section 3 (notebooks/03-cache-size.md): how big the KV cache is: bytes per token, per user, per batch, for
 any architecture.
 
-For every token it has seen, every layer keeps one key vector and one value
-vector per key-value head, so
+For every token it has seen, every layer keeps one key vector and one value vector per key-value head, so
 
     kv_bytes_per_token = 2 (K and V) x layers x kv_heads x head_dim x bytes per element.
 
-Nothing else about the model (hidden size, MLP width, vocabulary, the number of
-query heads) appears in that product. A batch holds ``users x tokens`` such
-tokens, and the cache is that count times the bytes per token: it depends only
-on how many tokens are resident, not on how they are shared out among users.
+Nothing else about the model (hidden size, MLP width, vocabulary, the number of query heads) appears in that
+product. A batch holds ``users x tokens`` such tokens, and the cache is that count times the bytes per token: it
+depends only on how many tokens are resident, not on how they are shared out among users.
 
-The pure functions here compute; :func:`measure_cache` and :func:`describe_cache`
-read the real cache a forward pass left behind (through :mod:`helpers.s01_kv_cache`),
-so the notebook can hold the formula against the allocator.
+The pure functions here compute; :func:`measure_cache` and :func:`describe_cache` read the real cache a forward pass
+left behind (through :mod:`helpers.s01_kv_cache`), so the notebook can hold the formula against the allocator.
 
-Sizes are reported in binary units (1 KiB = 1,024 bytes), which is also what the
-source chapter means when it writes "KB", "MB" and "GB".
+Sizes are reported in binary units (1 KiB = 1,024 bytes), which is also what the source chapter means when it writes
+"KB", "MB" and "GB".
 
-**Sliding windows.** A layer with *sliding-window* attention lets a new token
-see only itself and the ``window - 1`` tokens before it, so its cache stops
-growing there (transformers' growing cache keeps exactly ``window - 1``
-tokens per such layer). A hybrid model (Gemma 3, Mistral's early models,
-Qwen2 with ``use_sliding_window``) mixes such layers with full-attention
-ones; :meth:`KVArchitecture.cache_bytes` adds the two kinds up. The
-calculator lives in :mod:`helpers.s03_cache_calculator`.
+**Sliding windows.** A layer with *sliding-window* attention lets a new token see only itself and the ``window - 1``
+tokens before it, so its cache stops growing there (transformers' growing cache keeps exactly ``window - 1`` tokens
+per such layer). A hybrid model (Gemma 3, Mistral's early models, Qwen2 with ``use_sliding_window``) mixes such
+layers with full-attention ones; :meth:`KVArchitecture.cache_bytes` adds the two kinds up. The calculator lives in
+:mod:`helpers.s03_cache_calculator`.
 """
 from __future__ import annotations
 
@@ -44,12 +39,8 @@ from .s01_attention import Dims
 # --------------------------------------------------------------------------- element sizes
 
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float8": 1, "int8": 1}
-_ALIASES = {
-    "fp32": "float32", "float": "float32",
-    "fp16": "float16", "half": "float16",
-    "bf16": "bfloat16",
-    "fp8": "float8", "float8_e4m3fn": "float8", "float8_e5m2": "float8",
-}
+_ALIASES = {"fp32": "float32", "float": "float32", "fp16": "float16", "half": "float16", "bf16": "bfloat16",
+            "fp8": "float8", "float8_e4m3fn": "float8", "float8_e5m2": "float8"}
 
 
 def dtype_name(dtype) -> str:
@@ -72,13 +63,11 @@ def bytes_per_element(dtype) -> int:
     return DTYPE_BYTES[dtype_name(dtype)]
 
 
-# _whole's sentences: one for each argument that needs its reason said, else one for each lower bound
-WHOLE = {"bytes_per_element": "{name} must be a positive whole number, got {value} (or pass a dtype name such as "
-                              "'fp16').",
-         "kv_heads": "{name} must be a positive whole number, got {value}: every attention layer keeps at least one "
-                     "key-value head.",
-         "query_heads": "{name} must be a positive whole number, got {value}: a model needs at least one query head.",
-         "window": "{name} must be at least 2, got {value}: a window covers the new token and at least one before it.",
+# _whole's sentences: one for each argument whose reason is worth saying, else one for each lower bound
+WHOLE = {"bytes_per_element": "{name} must be a positive whole number or a dtype name such as 'fp16', got {value}.",
+         "kv_heads": "{name} must be at least 1, got {value}: every attention layer keeps at least one key-value head.",
+         "query_heads": "{name} must be at least 1, got {value}: a model needs at least one query head.",
+         "window": "{name} must be at least 2 tokens, got {value}: the new token and at least one before it.",
          0: "{name} must be zero or more, got {value}.", 1: "{name} must be a positive whole number, got {value}."}
 
 
@@ -139,8 +128,7 @@ def human_bytes(n: int | float) -> str:
     if n < 0:
         raise ValueError(message("a size in bytes cannot be negative, got {n}.", n=n))
     units = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"]
-    k = 0
-    v = float(n)
+    k, v = 0, float(n)
     while v >= 1024 and k < len(units) - 1:
         v /= 1024
         k += 1
@@ -171,11 +159,10 @@ class KVArchitecture:
         _whole("kv_heads", self.kv_heads, 1)
         _whole("head_dim", self.head_dim, 1)
         if self.query_heads % self.kv_heads:
-            divisors = [d for d in range(1, self.query_heads + 1) if self.query_heads % d == 0]
+            divisors = ", ".join(str(d) for d in range(1, self.query_heads + 1) if self.query_heads % d == 0)
             raise ValueError(message("kv_heads ({kv_heads}) must divide query_heads ({query_heads}) evenly, because "
                                      "each key-value head serves a whole group of query heads; try one of {divisors}.",
-                                     kv_heads=self.kv_heads, query_heads=self.query_heads,
-                                     divisors=", ".join(map(str, divisors))))
+                                     kv_heads=self.kv_heads, query_heads=self.query_heads, divisors=divisors))
         if self.params is not None:
             _whole("params", self.params, 1)
         _whole("window_layers", self.window_layers, 0)
@@ -354,8 +341,7 @@ def describe_cache(cache) -> CacheMeasurement:
 @torch.inference_mode()
 def measure_cache(model, users: int, tokens: int, seed: int = 0) -> CacheMeasurement:
     """Prefill ``users`` sequences of ``tokens`` random token ids in one batch and measure the cache it leaves."""
-    users = _whole("users", users, 1)
-    tokens = _whole("tokens", tokens, 1)
+    users, tokens = _whole("users", users, 1), _whole("tokens", tokens, 1)
     g = torch.Generator().manual_seed(seed)
     ids = torch.randint(0, model.config.vocab_size, (users, tokens), generator=g)
     device = next(model.parameters()).device

@@ -1,28 +1,23 @@
 """Reading a GGUF file's weights: which block formats it holds, and the exact numbers they store (section 5).
 
-A GGUF file (llama.cpp's format) stores each matrix in one of GGML's *block
-formats*: the weights are cut into blocks of consecutive values, and each
-block keeps a few scales and one small integer code per weight. Section 5
+A GGUF file (llama.cpp's format) stores each matrix in one of GGML's *block formats*: the weights are cut into
+blocks of consecutive values, and each block keeps a few scales and one small integer code per weight. Section 5
 needs two things from that:
 
-* the **bits per weight** of every format the file holds, for the accounting
-  (:func:`format_table`, :func:`bits_per_weight_of`): the byte sizes come from
-  the ``gguf`` package's table of block sizes, so every format it knows is
-  covered, K-quants included;
-* the **exact stored numbers** of one matrix, unpacked by hand for the simple
-  formats (:data:`UNPACKED`: Q4_0, Q4_1, Q8_0) and cross-checked against the
-  ``gguf`` package's own dequantizer (:func:`reference_dequantize`). Other
-  formats (K-quants and the rest) are read through ``gguf`` only, and a model
-  that is not a GGUF file has no stored blocks at all: :func:`stored_blocks`
-  says so instead of guessing.
+* the **bits per weight** of every format the file holds, for the accounting (:func:`format_table`,
+  :func:`bits_per_weight_of`): the byte sizes come from the ``gguf`` package's table of block sizes, so every format
+  it knows is covered, K-quants included;
+* the **exact stored numbers** of one matrix, unpacked by hand for the simple formats (:data:`UNPACKED`: Q4_0, Q4_1,
+  Q8_0) and cross-checked against the ``gguf`` package's own dequantizer (:func:`reference_dequantize`). Other
+  formats (K-quants and the rest) are read through ``gguf`` only, and a model that is not a GGUF file has no stored
+  blocks at all: :func:`stored_blocks` says so instead of guessing.
 
-Both find a matrix through the file's tensor directory, read by
-:func:`tensor_directory` with ``struct``: the ``gguf`` package's
-own reader also unpacks every metadata value, the whole vocabulary included,
-which takes seconds for the few hundred entries we need.
+Both find a matrix through the file's tensor directory, read by :func:`tensor_directory` with ``struct``: the
+``gguf`` package's own reader also unpacks every metadata value, the whole vocabulary included, which takes seconds
+for the few hundred entries we need.
 
-Q4_1 also appears here as a quantizer (:func:`q4_1_quantize`), because our
-reference weights are stored in it; :class:`helpers.s05_quantization.Scheme` uses it.
+Q4_1 also appears here as a quantizer (:func:`q4_1_quantize`), because our reference weights are stored in it;
+:class:`helpers.s05_quantization.Scheme` uses it.
 """
 from __future__ import annotations
 
@@ -46,7 +41,6 @@ Q8_0_BLOCK, Q8_0_BYTES = 32, 2 + 32          # fp16 d, 32 int8 codes:       w = 
 UNPACKED = ("Q4_0", "Q4_1", "Q8_0")
 
 # --------------------------------------------------------------------------- Q4_1 as a quantizer (our reference's format)
-
 
 
 def _q4_1_steps(w: torch.Tensor):
@@ -173,8 +167,7 @@ def _parse_directory(buf, path: str) -> dict[str, StoredTensor]:
         raise ValueError(message("{path} is not a GGUF file (it does not start with the bytes 'GGUF').", path=path))
     version, n_tensors, n_meta = struct.unpack_from("<IQQ", buf, 4)
     if version & 0xFFFF == 0:
-        raise ValueError(message("{path} is a big-endian GGUF file; only little-endian files are read here.",
-                                 path=path))
+        raise ValueError(message("{path} is a big-endian GGUF file; we read little-endian files only.", path=path))
     if version not in _VERSIONS:
         raise ValueError(message("{path} is GGUF version {version}; we read versions {versions}.",
                                  path=path, version=version, versions=" and ".join(map(str, _VERSIONS))))
@@ -216,9 +209,8 @@ def _parse_directory(buf, path: str) -> dict[str, StoredTensor]:
         t = StoredTensor(name, ggml_type.name, tuple(dims), data_start + rel_offset, n_elements,
                          n_elements * type_bytes // block)
         if t.offset + t.n_bytes > len(buf):
-            raise ValueError(message("{path} is truncated: tensor {name} would end at byte {end:,} of a "
-                                     "{size:,}-byte file.",
-                                     path=path, name=name, end=t.offset + t.n_bytes, size=len(buf)))
+            raise ValueError(message("{path} is truncated: tensor {name} would end at byte {end:,} of a {size:,}-byte "
+                                     "file.", path=path, name=name, end=t.offset + t.n_bytes, size=len(buf)))
         if name in directory:
             raise ValueError(message("{path} lists tensor {name} twice.", path=path, name=name))
         directory[name] = t

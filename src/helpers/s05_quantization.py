@@ -1,38 +1,33 @@
 """Weight quantization, section 5 (notebooks/05-weight-quantization.md): each weight in a few bits, plus bookkeeping.
 
-Every scheme in the chapter is the same three moves: cut the tensor into
-*blocks* that share one scale, map each weight to the nearest of a few
-*levels*, keep the level indices (the codes) and the scales. They differ in
-how big a block is (granularity) and where the levels sit.
+Every scheme in the chapter is the same three moves: cut the tensor into *blocks* that share one scale, map each
+weight to the nearest of a few *levels*, keep the level indices (the codes) and the scales. They differ in how big a
+block is (granularity) and where the levels sit.
 
 Granularity (the ``axis`` and ``group_size`` keywords, the same everywhere)
 
 * ``axis=None, group_size=None``: one scale for the whole tensor (per-tensor);
-* ``axis=-1``: one scale per row, i.e. per output channel of a ``Linear`` weight
-  (per-row). ``axis`` is the axis the maximum is taken over, so ``axis=0`` on
-  activations shaped (tokens, dims) gives one scale per dimension;
-* ``axis=-1, group_size=g``: groups of ``g`` consecutive weights inside each
-  row; ``g`` must divide the row;
-* ``axis=None, group_size=g``: blocks of ``g`` consecutive weights of the
-  flattened tensor, the way bitsandbytes and GGUF lay blocks out in memory; ``g``
-  must divide the number of weights. When ``g`` divides the row the two agree
-  exactly. (A row 576 wide, as in SmolLM2's q_proj, is not a multiple of 128: the
-  chapter's "group of 128" therefore uses flat blocks.)
+* ``axis=-1``: one scale per row, i.e. per output channel of a ``Linear`` weight (per-row). ``axis`` is the axis the
+  maximum is taken over, so ``axis=0`` on activations shaped (tokens, dims) gives one scale per dimension;
+* ``axis=-1, group_size=g``: groups of ``g`` consecutive weights inside each row; ``g`` must divide the row;
+* ``axis=None, group_size=g``: blocks of ``g`` consecutive weights of the flattened tensor, the way bitsandbytes and
+  GGUF lay blocks out in memory; ``g`` must divide the number of weights. When ``g`` divides the row the two agree
+  exactly. (A row 576 wide, as in SmolLM2's q_proj, is not a multiple of 128: the chapter's "group of 128" therefore
+  uses flat blocks.)
 
 Schemes
 
-* :func:`absmax_quantize` / :func:`dequantize`: symmetric, integer codes in
-  ``[-2**(bits-1), 2**(bits-1)-1]``, ``w ~ q * scale``, 2 to 8 bits;
-* :func:`asymmetric_quantize`: unsigned codes and an integer zero point,
-  ``w ~ (q - zero_point) * scale``;
-* :func:`nf4_levels`, :func:`nf4_quantize`: NormalFloat4 (QLoRA), 16 levels at
-  quantiles of the normal distribution, absmax-scaled blocks (64 by default);
-* GGML's Q4_1, our reference's format (blocks of 32, ``w ~ q * d + m``, 5 bits per weight), is
-  defined with the other GGUF block formats in :mod:`helpers.s05_gguf`; a :class:`Scheme` of kind ``"q4_1"`` uses it;
+* :func:`absmax_quantize` / :func:`dequantize`: symmetric, integer codes in ``[-2**(bits-1), 2**(bits-1)-1]``,
+  ``w ~ q * scale``, 2 to 8 bits;
+* :func:`asymmetric_quantize`: unsigned codes and an integer zero point, ``w ~ (q - zero_point) * scale``;
+* :func:`nf4_levels`, :func:`nf4_quantize`: NormalFloat4 (QLoRA), 16 levels at quantiles of the normal distribution,
+  absmax-scaled blocks (64 by default);
+* GGML's Q4_1, our reference's format (blocks of 32, ``w ~ q * d + m``, 5 bits per weight), is defined with the
+  other GGUF block formats in :mod:`helpers.s05_gguf`; a :class:`Scheme` of kind ``"q4_1"`` uses it;
 * :func:`bits_per_weight`: the bookkeeping (bytes at those bits: :func:`helpers.infra.model.weight_bytes_at`);
 * :func:`relative_error`: ``||W - W_hat|| / ||W||``;
-* :class:`Scheme`, :func:`projection_weights`, :func:`relative_errors`,
-  :func:`quantized_projections`: apply a scheme to every projection matrix of a model.
+* :class:`Scheme`, :func:`projection_weights`, :func:`relative_errors`, :func:`quantized_projections`: apply a
+  scheme to every projection matrix of a model.
 """
 from __future__ import annotations
 
