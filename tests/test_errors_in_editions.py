@@ -176,9 +176,11 @@ def test_a_bad_mic_claims_is_answered_in_the_editions_language(edition, monkeypa
     assert SCRIPTS[edition].search(said) and "MIC_CLAIMS" in said and "'maybe'" in said, said
 
 
-def test_english_is_unchanged(monkeypatch):
+def test_english_says_whole_sentences(monkeypatch):
+    """The sentences once glued from parts ("{what} must be a {kind} of {unit}") are whole templates now."""
     monkeypatch.setenv(messages.EDITION_ENV, "en")
     assert answer(lambda: budget.fit(-8, "7B", "fp16")) == (
         "The card's memory must be a positive number of GB, got -8.")
     assert answer(lambda: cache_size.kv_bytes_per_token(24, 0, 64, 2)) == (
-        "kv_heads must be a positive whole number, got 0: every attention layer keeps at least one key-value head.")
+        "kv_heads must be at least 1, got 0: every attention layer keeps at least one key-value head.")
+    assert answer(lambda: cache_size.cache_bytes(100, -1, 10)) == "users must be zero or more, got -1."

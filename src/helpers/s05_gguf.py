@@ -170,7 +170,7 @@ def _parse_directory(buf, path: str) -> dict[str, StoredTensor]:
         raise ValueError(message("{path} is a big-endian GGUF file; we read little-endian files only.", path=path))
     if version not in _VERSIONS:
         raise ValueError(message("{path} is GGUF version {version}; we read versions {versions}.",
-                                 path=path, version=version, versions=" and ".join(map(str, _VERSIONS))))
+                                 path=path, version=version, versions=", ".join(map(str, _VERSIONS))))
     pos, alignment = 24, _DEFAULT_ALIGNMENT
     for _ in range(n_meta):
         klen = struct.unpack_from("<Q", buf, pos)[0]
