@@ -111,6 +111,26 @@ def test_the_check_finds_an_f_string_a_literal_and_accepts_a_held_template(tmp_p
     assert untranslatable_raises(path, tmp_path) == ["s99_example.py:3 f", "s99_example.py:5 g"]
 
 
+def test_each_error_template_is_given_exactly_its_fields():
+    """A raise runs only on bad input, so a field misnamed in its message() would surface only there: check them all."""
+    wrong = []
+    for path in READER_FACING:
+        tree = ast.parse(path.read_text(encoding="utf8"))
+        held = {t.id: [v.value for v in node.value.values if isinstance(v, ast.Constant)]
+                for node in ast.walk(tree) if isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict)
+                for t in node.targets if isinstance(t, ast.Name)}
+        for node in ast.walk(tree):
+            call = node.exc.args[0] if isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call) \
+                and node.exc.args else None
+            if not _is_template(call, set(held)):
+                continue
+            first = call.args[0].value if isinstance(call.args[0], ast.Subscript) else call.args[0]
+            templates = [first.value] if isinstance(first, ast.Constant) else held[first.id]
+            given = {k.arg for k in call.keywords}
+            wrong += [f"{path.name}:{node.lineno} {t!r}" for t in templates if messages.fields_of(t) != given]
+    assert not wrong, wrong
+
+
 def test_the_modules_kept_english_exist():
     assert all((PACKAGE / name).is_file() for name in ENGLISH_MODULES)
     assert all((PACKAGE / name).is_file() for name, _ in ENGLISH_RAISES)
@@ -184,3 +204,11 @@ def test_english_says_whole_sentences(monkeypatch):
     assert answer(lambda: cache_size.kv_bytes_per_token(24, 0, 64, 2)) == (
         "kv_heads must be at least 1, got 0: every attention layer keeps at least one key-value head.")
     assert answer(lambda: cache_size.cache_bytes(100, -1, 10)) == "users must be zero or more, got -1."
+
+
+def test_a_live_controls_error_line_runs_right_to_left_in_urdu(monkeypatch):
+    from helpers.infra import controls
+    monkeypatch.setenv(messages.EDITION_ENV, "ur")
+    assert controls.error_line("یہ غلط ہے۔").startswith('<div dir="rtl" lang="ur"')
+    monkeypatch.setenv(messages.EDITION_ENV, "hi")
+    assert "dir=" not in controls.error_line("यह गलत है।")

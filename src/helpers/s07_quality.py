@@ -22,6 +22,7 @@ from typing import Iterator, Sequence
 import torch
 
 from . import s05_quantization as Q
+from .infra.messages import message
 from .s06_int8_matmuls import compare_next_tokens
 from .s07_batched import can_share_prefix, greedy_batch, last_logits_only, padded_prefill, prefix_padded, \
     shared_prefix_length
