@@ -74,7 +74,8 @@ def claim(holds, statement: str, evidence: str = "", fields: Mapping[str, object
     statement = message(statement, **{k: v for k, v in values.items() if k in fields_of(statement)})
     evidence = message(evidence, **{k: v for k, v in values.items() if k in fields_of(evidence)})
     if strict():
-        assert holds, f"The chapter's claim failed on the default model: {statement} ({evidence})."
+        assert holds, message("The chapter's claim failed on the default model: {statement} ({evidence}).",
+                              statement=statement, evidence=evidence)
         return True
     say("{line}", line=verdict(holds, statement, evidence))
     return holds
