@@ -1,20 +1,18 @@
 """Section 2 (notebooks/02-prefill-decode.md): prefill vs decode, the two phases of generation, timed.
 
-* **Prefill** runs the whole prompt through the model in one pass: every weight
-  matrix multiplies a block of ``P`` token vectors (matrix x matrix), so each
-  weight fetched from memory is used ``P`` times.
-* **Decode** feeds one token against the cache: every weight matrix multiplies
-  a single vector (matrix x vector), so each weight fetched is used once.
+* **Prefill** runs the whole prompt through the model in one pass: every weight matrix multiplies a block of ``P``
+  token vectors (matrix x matrix), so each weight fetched from memory is used ``P`` times.
+* **Decode** feeds one token against the cache: every weight matrix multiplies a single vector (matrix x vector), so
+  each weight fetched is used once.
 
-:func:`prefill_sweep` and :func:`decode_sweep` time both phases (tables A and
-B); :func:`stream_reply` and :func:`ttft_sweep` stream a reply token by token to
-time the two numbers every serving system reports, time to first token and
-tokens per second. The ``*_checks`` functions read the section's claims off those
-timings, for :func:`helpers.measure_checked`. Why the phases differ, the memory
-bus and the roofline, is :mod:`helpers.s02_roofline`.
+:func:`prefill_sweep` and :func:`decode_sweep` time both phases (tables A and B); :func:`stream_reply` and
+:func:`ttft_sweep` stream a reply token by token to time the two numbers every serving system reports, time to first
+token and tokens per second. The ``*_checks`` functions read the section's claims off those timings, for
+:func:`helpers.measure_checked`. Why the phases differ, the memory bus and the roofline, is
+:mod:`helpers.s02_roofline`.
 
-Timings are interleaved (:func:`helpers.infra.measure.interleaved_medians`): each round times every case once, so
-a burst of load hits all alike and their *ratios* survive a noisy machine. Rows report the median and the fastest
+Timings are interleaved (:func:`helpers.infra.measure.interleaved_medians`): each round times every case once, so a
+burst of load hits all alike and their *ratios* survive a noisy machine. Rows report the median and the fastest
 repeat: noise only adds time, so the fastest repeat is the least disturbed. Clocks read
 :func:`helpers.infra.measure.now`, which waits for a GPU to finish first.
 """
@@ -83,7 +81,8 @@ class PrefillRow:
             raise ValueError(message("only rows of the same prompt length pool, got {tokens} and {other_tokens}.",
                                      tokens=self.tokens, other_tokens=other.tokens))
         if not self.times or not other.times:
-            raise ValueError(message("a row without its repeats (times) cannot be pooled: use prefill_sweep."))
+            raise ValueError(message("a row without its repeats (times) cannot be pooled: measure it with "
+                                     "prefill_sweep."))
         return _prefill_row(self.tokens, Timing(statistics.median(self.times + other.times),
                                                 list(self.times + other.times)))
 
@@ -207,7 +206,8 @@ def stream_reply(model, prompt_ids: torch.Tensor, n_new: int, on_token: Callable
     if not isinstance(n_new, int) or n_new < 1:
         raise ValueError(message("n_new must be a positive whole number of tokens, got {n_new!r}.", n_new=n_new))
     if prompt_ids.ndim != 2 or prompt_ids.shape[0] != 1 or prompt_ids.shape[1] < 1:
-        raise ValueError(message("prompt_ids must be shaped (1, P), P >= 1, got {shape}.", shape=tuple(prompt_ids.shape)))
+        raise ValueError(message("prompt_ids must be shaped (1, P) with P >= 1, got {shape}.",
+                                 shape=tuple(prompt_ids.shape)))
     s = Stream(prompt_tokens=int(prompt_ids.shape[1]))
     stop = set(int(t) for t in stop_ids)
     t0 = now()
