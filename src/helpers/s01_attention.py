@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+from .infra.messages import message
 from . import s01_kv_cache as kv_cache
 
 
@@ -45,7 +46,7 @@ def step_cached(x_new: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
 def score_matrix_bytes(n: int, cached: bool, bytes_per_element: int = 4) -> int:
     """Memory of the attention scores one step materialises: n x n without a cache, 1 x n with one."""
     if n < 1:
-        raise ValueError(f"context n must be at least 1 token, got {n}.")
+        raise ValueError(message("context n must be at least 1 token, got {n}.", n=n))
     return (n if cached else n * n) * bytes_per_element
 
 
@@ -90,7 +91,7 @@ def macs_step(d: Dims, context: int, cached: bool) -> int:
     Uncached: every token through the weights again and the causal triangle of scores: quadratic.
     """
     if context < 1:
-        raise ValueError(f"context must be at least 1 token, got {context}.")
+        raise ValueError(message("context must be at least 1 token, got {context}.", context=context))
     if cached:
         return d.weight_macs_per_token + context * d.attention_macs_per_pair
     pairs = context * (context + 1) // 2
@@ -100,7 +101,7 @@ def macs_step(d: Dims, context: int, cached: bool) -> int:
 def macs_generation(d: Dims, tokens: int, cached: bool) -> int:
     """Total MACs to generate ``tokens`` tokens from a cold start (context grows 1, 2, ..., T)."""
     if tokens < 1:
-        raise ValueError(f"tokens must be at least 1, got {tokens}.")
+        raise ValueError(message("tokens must be at least 1, got {tokens}.", tokens=tokens))
     return sum(macs_step(d, n, cached) for n in range(1, tokens + 1))
 
 

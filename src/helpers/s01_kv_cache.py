@@ -99,14 +99,15 @@ def repeat_rows(model, cache, times: int) -> object:
     all again, as :meth:`torch.Tensor.repeat`): one prefilled prompt serves ``times`` requests without a copy
     per request being computed. The source cache is left as it was."""
     if not isinstance(times, int) or isinstance(times, bool) or times < 1:
-        raise ValueError(f"a cache row is repeated a positive whole number of times, got {times!r}.")
+        raise ValueError(message("a cache row is repeated a positive whole number of times, got {times!r}.",
+                                 times=times))
     return cache_from_kv(model, [(k.repeat(times, 1, 1, 1), v.repeat(times, 1, 1, 1)) for k, v in cache_to_kv(cache)])
 
 
 def crop_cache(cache, keep: int) -> None:
     """Keep only the first ``keep`` tokens of every layer (in place)."""
     if keep < 0:
-        raise ValueError(f"keep must be >= 0 tokens, got {keep}.")
+        raise ValueError(message("keep must be >= 0 tokens, got {keep}.", keep=keep))
     drop = cache_length(cache) - keep
     if drop <= 0:
         return
@@ -140,7 +141,7 @@ def decode_step(model, token: torch.Tensor, cache):
 
 def _check_n(n_new: int) -> None:
     if not isinstance(n_new, int) or n_new < 1:
-        raise ValueError(f"n_new must be a positive whole number of tokens, got {n_new!r}.")
+        raise ValueError(message("n_new must be a positive whole number of tokens, got {n_new!r}.", n_new=n_new))
 
 
 @torch.inference_mode()
@@ -208,7 +209,7 @@ def step_line(seconds) -> StepLine:
     """
     y = torch.as_tensor(seconds, dtype=torch.float64)[1:]
     if len(y) < 2:
-        raise ValueError(f"a fitted line needs at least 3 steps, got {len(y) + 1}.")
+        raise ValueError(message("a fitted line needs at least 3 steps, got {needed}.", needed=len(y) + 1))
     x = torch.arange(1, len(y) + 1, dtype=torch.float64)
     slope = ((x - x.mean()) * (y - y.mean())).sum() / ((x - x.mean()) ** 2).sum()
     first, last = y.mean() + slope * (x[0] - x.mean()), y.mean() + slope * (x[-1] - x.mean())
@@ -220,7 +221,7 @@ def log_log_slope(sizes, seconds) -> float:
     x = torch.log(torch.as_tensor(sizes, dtype=torch.float64))
     y = torch.log(torch.as_tensor(seconds, dtype=torch.float64))
     if len(x) < 2 or len(x) != len(y):
-        raise ValueError("log_log_slope needs at least two (size, time) pairs of equal length.")
+        raise ValueError(message("log_log_slope needs at least two (size, time) pairs of equal length."))
     return (((x - x.mean()) * (y - y.mean())).sum() / ((x - x.mean()) ** 2).sum()).item()
 
 
@@ -265,8 +266,9 @@ def timing_checks(runs_naive: torch.Tensor, runs_cached: torch.Tensor) -> dict:
     """
     naive, cached = fastest_steps(runs_naive), fastest_steps(runs_cached)
     if naive.shape != cached.shape or len(naive) < 8:
-        raise ValueError(f"timing_checks needs both loops' runs over the same 8 or more steps, got "
-                         f"{tuple(naive.shape)} and {tuple(cached.shape)}.")
+        raise ValueError(message("timing_checks needs both loops' runs over the same 8 or more steps, got "
+                                 "{naive_shape} and {cached_shape}.",
+                                 naive_shape=tuple(naive.shape), cached_shape=tuple(cached.shape)))
     speedup = naive.cumsum(0) / cached.cumsum(0)
     s8, s_n = speedup[7].item(), speedup[-1].item()
     line_naive, line_cached = step_line(naive), step_line(cached)
@@ -303,8 +305,8 @@ def cached_loop_peak(model, prompt_ids: torch.Tensor, n_new: int, watch: str = "
     """
     _check_n(n_new)
     if watch not in ("all", "ends") or (watch == "ends" and n_new < 4) or (skip_with is not None and watch != "ends"):
-        raise ValueError(f"watch 'all', or 'ends' over at least 4 tokens (skip_with only with 'ends'); got "
-                         f"watch={watch!r} over {n_new} tokens.")
+        raise ValueError(message("watch 'all', or 'ends' over at least 4 tokens (skip_with only with 'ends'); got "
+                                 "watch={watch!r} over {n_new} tokens.", watch=watch, n_new=n_new))
     out, state = [], {}
 
     def steps(k):

@@ -1,20 +1,18 @@
 """Section 2 (notebooks/02-prefill-decode.md): prefill vs decode, the two phases of generation, timed.
 
-* **Prefill** runs the whole prompt through the model in one pass: every weight
-  matrix multiplies a block of ``P`` token vectors (matrix x matrix), so each
-  weight fetched from memory is used ``P`` times.
-* **Decode** feeds one token against the cache: every weight matrix multiplies
-  a single vector (matrix x vector), so each weight fetched is used once.
+* **Prefill** runs the whole prompt through the model in one pass: every weight matrix multiplies a block of ``P``
+  token vectors (matrix x matrix), so each weight fetched from memory is used ``P`` times.
+* **Decode** feeds one token against the cache: every weight matrix multiplies a single vector (matrix x vector), so
+  each weight fetched is used once.
 
-:func:`prefill_sweep` and :func:`decode_sweep` time both phases (tables A and
-B); :func:`stream_reply` and :func:`ttft_sweep` stream a reply token by token to
-time the two numbers every serving system reports, time to first token and
-tokens per second. The ``*_checks`` functions read the section's claims off those
-timings, for :func:`helpers.measure_checked`. Why the phases differ, the memory
-bus and the roofline, is :mod:`helpers.s02_roofline`.
+:func:`prefill_sweep` and :func:`decode_sweep` time both phases (tables A and B); :func:`stream_reply` and
+:func:`ttft_sweep` stream a reply token by token to time the two numbers every serving system reports, time to first
+token and tokens per second. The ``*_checks`` functions read the section's claims off those timings, for
+:func:`helpers.measure_checked`. Why the phases differ, the memory bus and the roofline, is
+:mod:`helpers.s02_roofline`.
 
-Timings are interleaved (:func:`helpers.infra.measure.interleaved_medians`): each round times every case once, so
-a burst of load hits all alike and their *ratios* survive a noisy machine. Rows report the median and the fastest
+Timings are interleaved (:func:`helpers.infra.measure.interleaved_medians`): each round times every case once, so a
+burst of load hits all alike and their *ratios* survive a noisy machine. Rows report the median and the fastest
 repeat: noise only adds time, so the fastest repeat is the least disturbed. Clocks read
 :func:`helpers.infra.measure.now`, which waits for a GPU to finish first.
 """
@@ -28,6 +26,7 @@ import torch
 
 from . import s01_kv_cache as kv_cache
 from .infra.measure import Timing, interleaved_medians, now
+from .infra.messages import message
 
 # --------------------------------------------------------------------------- prompts of a given length
 
@@ -35,20 +34,19 @@ from .infra.measure import Timing, interleaved_medians, now
 def prompt_of_length(base_ids: torch.Tensor, n: int) -> torch.Tensor:
     """Exactly ``n`` token ids (1, n): ``base_ids`` repeated as often as needed, then cut."""
     if not isinstance(n, int) or n < 1:
-        raise ValueError(f"a prompt needs a positive whole number of tokens, got {n!r}.")
+        raise ValueError(message("a prompt needs a positive whole number of tokens, got {n!r}.", n=n))
     base = base_ids.reshape(1, -1)
     if base.shape[1] == 0:
-        raise ValueError("base_ids is empty: pass at least one token id to repeat.")
+        raise ValueError(message("base_ids is empty: pass at least one token id to repeat."))
     reps = -(-n // base.shape[1])
     return base.repeat(1, reps)[:, :n].clone()
 
 
 def _check_lengths(values: Sequence[int], what: str) -> list[int]:
     values = list(values)
-    if not values or any(not isinstance(v, int) or v < 1 for v in values):
-        raise ValueError(f"{what} must be a non-empty list of positive whole numbers, got {values!r}.")
-    if len(set(values)) != len(values):
-        raise ValueError(f"{what} must not repeat a value, got {values!r}.")
+    if not values or any(not isinstance(v, int) or v < 1 for v in values) or len(set(values)) != len(values):
+        raise ValueError(message("{argument} must be a non-empty list of distinct positive whole numbers, got "
+                                 "{values!r}.", argument=what, values=values))
     return values
 
 
@@ -80,9 +78,11 @@ class PrefillRow:
     def pooled(self, other: "PrefillRow") -> "PrefillRow":
         """This row's repeats and ``other``'s (a fresh measurement of the same length, taken later) as one row."""
         if other.tokens != self.tokens:
-            raise ValueError(f"only rows of the same prompt length pool, got {self.tokens} and {other.tokens}.")
+            raise ValueError(message("only rows of the same prompt length pool, got {tokens} and {other_tokens}.",
+                                     tokens=self.tokens, other_tokens=other.tokens))
         if not self.times or not other.times:
-            raise ValueError("a row without its repeats (times) cannot be pooled: measure it with prefill_sweep.")
+            raise ValueError(message("a row without its repeats (times) cannot be pooled: measure it with "
+                                     "prefill_sweep."))
         return _prefill_row(self.tokens, Timing(statistics.median(self.times + other.times),
                                                 list(self.times + other.times)))
 
@@ -94,7 +94,7 @@ def _prefill_row(tokens: int, timed: Timing) -> PrefillRow:
 def pool_prefill_rows(earlier: Sequence[PrefillRow], fresh: Sequence[PrefillRow]) -> list[PrefillRow]:
     """Pool two sweeps over the same lengths, row by row (``combine`` for :func:`helpers.measure_checked`)."""
     if [r.tokens for r in earlier] != [r.tokens for r in fresh]:
-        raise ValueError("only sweeps over the same prompt lengths, in the same order, pool.")
+        raise ValueError(message("only sweeps over the same prompt lengths, in the same order, pool."))
     return [a.pooled(b) for a, b in zip(earlier, fresh)]
 
 
@@ -180,7 +180,7 @@ class Stream:
     def ttft(self) -> float:
         """Time to first token: the prefill, plus picking the token."""
         if not self.times:
-            raise ValueError("the stream produced no token, so it has no time to first token.")
+            raise ValueError(message("the stream produced no token, so it has no time to first token."))
         return self.times[0]
 
     @property
@@ -192,7 +192,7 @@ class Stream:
     def tokens_per_second(self) -> float:
         """Steady rate after the first token: decode steps per second (median gap, robust to a hiccup)."""
         if len(self.times) < 2:
-            raise ValueError("a rate needs at least two tokens: ask for n_new >= 2.")
+            raise ValueError(message("a rate needs at least two tokens: ask for n_new >= 2."))
         return 1.0 / statistics.median(self.gaps)
 
 
@@ -204,9 +204,10 @@ def stream_reply(model, prompt_ids: torch.Tensor, n_new: int, on_token: Callable
     Stops after ``n_new`` tokens or at a token in ``stop_ids`` (which is kept).
     """
     if not isinstance(n_new, int) or n_new < 1:
-        raise ValueError(f"n_new must be a positive whole number of tokens, got {n_new!r}.")
+        raise ValueError(message("n_new must be a positive whole number of tokens, got {n_new!r}.", n_new=n_new))
     if prompt_ids.ndim != 2 or prompt_ids.shape[0] != 1 or prompt_ids.shape[1] < 1:
-        raise ValueError(f"prompt_ids must be shaped (1, P) with P >= 1, got {tuple(prompt_ids.shape)}.")
+        raise ValueError(message("prompt_ids must be shaped (1, P) with P >= 1, got {shape}.",
+                                 shape=tuple(prompt_ids.shape)))
     s = Stream(prompt_tokens=int(prompt_ids.shape[1]))
     stop = set(int(t) for t in stop_ids)
     t0 = now()
@@ -247,14 +248,14 @@ class TTFTRow:
     def tokens_per_second(self) -> float:
         """Median steady rate: one over the median gap between tokens, over all repeats."""
         if not self.gaps:
-            raise ValueError("a rate needs at least two tokens per reply: ask for n_new >= 2.")
+            raise ValueError(message("a rate needs at least two tokens per reply: ask for n_new >= 2."))
         return 1.0 / statistics.median(self.gaps)
 
     @property
     def fastest_tokens_per_second(self) -> float:
         """One over the shortest gap: the rate of the least disturbed decode step."""
         if not self.gaps:
-            raise ValueError("a rate needs at least two tokens per reply: ask for n_new >= 2.")
+            raise ValueError(message("a rate needs at least two tokens per reply: ask for n_new >= 2."))
         return 1.0 / min(self.gaps)
 
     @property
@@ -273,7 +274,7 @@ def prefill_agreement(prefill_rows: Sequence[PrefillRow], ttft_rows: Sequence[TT
     ttft = {r.prompt_tokens: r.fastest_ttft for r in ttft_rows}
     shared = {r.tokens: r.fastest for r in prefill_rows if r.tokens in ttft}
     if not shared:
-        raise ValueError("the two tables share no prompt length: time both at one length at least.")
+        raise ValueError(message("the two tables share no prompt length: time both at one length at least."))
     return {p: max(t, ttft[p]) / min(t, ttft[p]) for p, t in shared.items()}
 
 
@@ -285,7 +286,7 @@ def ttft_sweep(model, base_ids: torch.Tensor, prompt_lengths: Sequence[int], n_n
     """
     prompt_lengths = _check_lengths(prompt_lengths, "prompt_lengths")
     if not isinstance(repeats, int) or repeats < 1:
-        raise ValueError(f"repeats must be a positive whole number, got {repeats!r}.")
+        raise ValueError(message("repeats must be a positive whole number, got {repeats!r}.", repeats=repeats))
     if warmup:
         stream_reply(model, prompt_of_length(base_ids, min(prompt_lengths)), 2)
     rows = {p: TTFTRow(p, []) for p in prompt_lengths}
@@ -334,7 +335,7 @@ def prefill_checks(result: tuple[Sequence[PrefillRow], Sequence[TTFTRow]], agree
 def pool_prefill_and_stream(earlier: tuple, fresh: tuple) -> tuple[list[PrefillRow], list[TTFTRow]]:
     """Pool two ``(prefill rows, TTFT rows)`` measurements (``combine`` for :func:`prefill_checks`'s claims)."""
     if [r.prompt_tokens for r in earlier[1]] != [r.prompt_tokens for r in fresh[1]]:
-        raise ValueError("only TTFT sweeps over the same prompt lengths, in the same order, pool.")
+        raise ValueError(message("only TTFT sweeps over the same prompt lengths, in the same order, pool."))
     return (pool_prefill_rows(earlier[0], fresh[0]),
             [TTFTRow(a.prompt_tokens, a.streams + b.streams) for a, b in zip(earlier[1], fresh[1])])
 

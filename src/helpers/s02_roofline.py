@@ -24,6 +24,7 @@ import torch
 from . import s01_kv_cache as kv_cache
 from .infra.model import weight_bytes
 from .infra.measure import Timing, interleaved_medians
+from .infra.messages import message
 from .s01_attention import macs_step
 
 # --------------------------------------------------------------------------- the two yardsticks
@@ -32,14 +33,16 @@ from .s01_attention import macs_step
 def gb_per_s(nbytes: int, seconds: float) -> float:
     """The rate, in GB/s (10**9 bytes per second), of reading ``nbytes`` in ``seconds``."""
     if nbytes < 0 or seconds <= 0:
-        raise ValueError(f"bytes must be >= 0 and the time > 0 s, got {nbytes} and {seconds}.")
+        raise ValueError(message("bytes must be >= 0 and the time > 0 s, got {nbytes} and {seconds}.",
+                                 nbytes=nbytes, seconds=seconds))
     return nbytes / seconds / 1e9
 
 
 def gflop_per_s(flops: int, seconds: float) -> float:
     """The rate, in GFLOP/s (10**9 floating-point operations per second), of doing ``flops`` in ``seconds``."""
     if flops < 0 or seconds <= 0:
-        raise ValueError(f"FLOPs must be >= 0 and the time > 0 s, got {flops} and {seconds}.")
+        raise ValueError(message("FLOPs must be >= 0 and the time > 0 s, got {flops} and {seconds}.",
+                                 flops=flops, seconds=seconds))
     return flops / seconds / 1e9
 
 
@@ -66,9 +69,10 @@ def stream_reader(nbytes: int, kind: str = "gemv") -> tuple[Callable[[], object]
     :func:`interleaved_medians`) to compare them under the same load.
     """
     if kind not in ("sum", "gemv"):
-        raise ValueError(f"kind must be 'sum' or 'gemv', got {kind!r}.")
+        raise ValueError(message("kind must be 'sum' or 'gemv', got {kind!r}.", kind=kind))
     if not isinstance(nbytes, int) or nbytes < 4096:
-        raise ValueError(f"nbytes must be a whole number of at least 4096 bytes, got {nbytes!r}.")
+        raise ValueError(message("nbytes must be a whole number of at least 4096 bytes, got {nbytes!r}.",
+                                 nbytes=nbytes))
     cols = 4096
     if kind == "sum":
         buf = torch.ones(nbytes // 4)
@@ -146,7 +150,8 @@ def decode_bytes(model: torch.nn.Module, cache=None) -> DecodeBytes:
 def roofline_seconds(nbytes: int, bandwidth: float) -> float:
     """The least time a step that must read ``nbytes`` can take at ``bandwidth`` GB/s."""
     if nbytes < 0 or bandwidth <= 0:
-        raise ValueError(f"bytes must be >= 0 and bandwidth > 0 GB/s, got {nbytes} and {bandwidth}.")
+        raise ValueError(message("bytes must be >= 0 and bandwidth > 0 GB/s, got {nbytes} and {bandwidth}.",
+                                 nbytes=nbytes, bandwidth=bandwidth))
     return nbytes / (bandwidth * 1e9)
 
 
@@ -154,7 +159,7 @@ def bandwidth_fraction(nbytes: int, seconds: float, limit: float) -> float:
     """Achieved bandwidth as a fraction of the ``limit`` (GB/s): roofline time / measured time (1.0 = at the
     roofline)."""
     if limit <= 0:
-        raise ValueError(f"the bandwidth limit must be > 0 GB/s, got {limit}.")
+        raise ValueError(message("the bandwidth limit must be > 0 GB/s, got {limit}.", limit=limit))
     return gb_per_s(nbytes, seconds) / limit
 
 
@@ -174,7 +179,7 @@ class Compute:
 def matmul_peak(n: int = 1024, dtype: torch.dtype = torch.float32, repeats: int = 5, warmup: int = 1) -> Compute:
     """Arithmetic rate of a square matrix product (``n x n`` times ``n x n``), best of ``repeats``: the compute roof."""
     if not isinstance(n, int) or n < 16:
-        raise ValueError(f"n must be a whole number of at least 16, got {n!r}.")
+        raise ValueError(message("n must be a whole number of at least 16, got {n!r}.", n=n))
     a, b = torch.ones(n, n, dtype=dtype), torch.ones(n, n, dtype=dtype)
     timed = interleaved_medians({0: lambda: a @ b}, repeats=repeats, warmup=warmup)[0]
     return Compute(2 * n ** 3, timed.min)
@@ -188,7 +193,7 @@ def prefill_flops(dims, tokens: int) -> int:
     steps, done in one pass.
     """
     if tokens < 1:
-        raise ValueError(f"a prefill needs at least 1 token, got {tokens}.")
+        raise ValueError(message("a prefill needs at least 1 token, got {tokens}.", tokens=tokens))
     pairs = tokens * (tokens + 1) // 2
     return 2 * (tokens * dims.weight_macs_per_token + pairs * dims.attention_macs_per_pair)
 
@@ -196,14 +201,15 @@ def prefill_flops(dims, tokens: int) -> int:
 def decode_flops(dims, context: int) -> int:
     """FLOPs of one decode step whose new token attends to ``context`` cached tokens and itself."""
     if context < 0:
-        raise ValueError(f"context must be >= 0 cached tokens, got {context}.")
+        raise ValueError(message("context must be >= 0 cached tokens, got {context}.", context=context))
     return 2 * macs_step(dims, context + 1, cached=True)
 
 
 def arithmetic_intensity(flops: int, nbytes: int) -> float:
     """FLOPs done per byte read from memory: what decides which roof a computation hits."""
     if nbytes <= 0 or flops < 0:
-        raise ValueError(f"bytes must be > 0 and FLOPs >= 0, got {nbytes} and {flops}.")
+        raise ValueError(message("bytes must be > 0 and FLOPs >= 0, got {nbytes} and {flops}.",
+                                 nbytes=nbytes, flops=flops))
     return flops / nbytes
 
 
@@ -211,7 +217,7 @@ def attainable_gflops(intensity: float, peak_gflops: float, bandwidth: float) ->
     """The roofline: the best rate at this intensity is the lower of the compute roof (GFLOP/s) and
     ``bandwidth`` (GB/s) x intensity."""
     if peak_gflops <= 0 or bandwidth <= 0 or intensity < 0:
-        raise ValueError("peak and bandwidth must be > 0 and intensity >= 0.")
+        raise ValueError(message("peak and bandwidth must be > 0 and intensity >= 0."))
     return min(peak_gflops, bandwidth * intensity)
 
 
@@ -236,7 +242,8 @@ def tiny_twin(model: torch.nn.Module, head_dim: int = 8, vocab: int = 256) -> to
     step time is the fixed cost of *running* a step, whatever the weights.
     """
     if head_dim < 1 or vocab < 2:
-        raise ValueError(f"head_dim must be >= 1 and vocab >= 2, got {head_dim} and {vocab}.")
+        raise ValueError(message("head_dim must be >= 1 and vocab >= 2, got {head_dim} and {vocab}.",
+                                 head_dim=head_dim, vocab=vocab))
     cfg = copy.deepcopy(model.config)
     heads = cfg.num_attention_heads
     cfg.head_dim = head_dim
@@ -262,7 +269,7 @@ def matmul_chain(model: torch.nn.Module) -> Callable[[], None]:
     """
     layers = linear_layers(model)
     if not layers:
-        raise ValueError("the model has no Linear layers to run.")
+        raise ValueError(message("the model has no Linear layers to run."))
     dtype = next(model.parameters()).dtype
     inputs = [torch.randn(1, 1, m.in_features, dtype=dtype if isinstance(m, torch.nn.Linear) else torch.float32)
               for m in layers]

@@ -109,7 +109,7 @@ def calculator_figure(archs: Sequence[KVArchitecture], dtypes: Sequence[str], us
     bytes by one factor, so on a log axis a dtype is a relabelling of the same picture.
     """
     if not archs or not dtypes or not users_values:
-        raise ValueError("calculator_figure needs at least one architecture, one dtype and one users value.")
+        raise ValueError(message("calculator_figure needs at least one architecture, one dtype and one users value."))
     title = message("How big the cache is") if title is None else title
     lo, hi = tokens_range
     per_octave = 4

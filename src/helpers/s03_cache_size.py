@@ -1,30 +1,25 @@
 """Section 3 (notebooks/03-cache-size.md): how big the KV cache is: bytes per token, per user, per batch, for
 any architecture.
 
-For every token it has seen, every layer keeps one key vector and one value
-vector per key-value head, so
+For every token it has seen, every layer keeps one key vector and one value vector per key-value head, so
 
     kv_bytes_per_token = 2 (K and V) x layers x kv_heads x head_dim x bytes per element.
 
-Nothing else about the model (hidden size, MLP width, vocabulary, the number of
-query heads) appears in that product. A batch holds ``users x tokens`` such
-tokens, and the cache is that count times the bytes per token: it depends only
-on how many tokens are resident, not on how they are shared out among users.
+Nothing else about the model (hidden size, MLP width, vocabulary, the number of query heads) appears in that
+product. A batch holds ``users x tokens`` such tokens, and the cache is that count times the bytes per token: it
+depends only on how many tokens are resident, not on how they are shared out among users.
 
-The pure functions here compute; :func:`measure_cache` and :func:`describe_cache`
-read the real cache a forward pass left behind (through :mod:`helpers.s01_kv_cache`),
-so the notebook can hold the formula against the allocator.
+The pure functions here compute; :func:`measure_cache` and :func:`describe_cache` read the real cache a forward pass
+left behind (through :mod:`helpers.s01_kv_cache`), so the notebook can hold the formula against the allocator.
 
-Sizes are reported in binary units (1 KiB = 1,024 bytes), which is also what the
-source chapter means when it writes "KB", "MB" and "GB".
+Sizes are reported in binary units (1 KiB = 1,024 bytes), which is also what the source chapter means when it writes
+"KB", "MB" and "GB".
 
-**Sliding windows.** A layer with *sliding-window* attention lets a new token
-see only itself and the ``window - 1`` tokens before it, so its cache stops
-growing there (transformers' growing cache keeps exactly ``window - 1``
-tokens per such layer). A hybrid model (Gemma 3, Mistral's early models,
-Qwen2 with ``use_sliding_window``) mixes such layers with full-attention
-ones; :meth:`KVArchitecture.cache_bytes` adds the two kinds up. The
-calculator lives in :mod:`helpers.s03_cache_calculator`.
+**Sliding windows.** A layer with *sliding-window* attention lets a new token see only itself and the ``window - 1``
+tokens before it, so its cache stops growing there (transformers' growing cache keeps exactly ``window - 1`` tokens
+per such layer). A hybrid model (Gemma 3, Mistral's early models, Qwen2 with ``use_sliding_window``) mixes such
+layers with full-attention ones; :meth:`KVArchitecture.cache_bytes` adds the two kinds up. The calculator lives in
+:mod:`helpers.s03_cache_calculator`.
 """
 from __future__ import annotations
 
@@ -37,18 +32,15 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from .infra import chapter
+from .infra.messages import message
 from . import s01_kv_cache as kv_cache
 from .s01_attention import Dims
 
 # --------------------------------------------------------------------------- element sizes
 
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float8": 1, "int8": 1}
-_ALIASES = {
-    "fp32": "float32", "float": "float32",
-    "fp16": "float16", "half": "float16",
-    "bf16": "bfloat16",
-    "fp8": "float8", "float8_e4m3fn": "float8", "float8_e5m2": "float8",
-}
+_ALIASES = {"fp32": "float32", "float": "float32", "fp16": "float16", "half": "float16", "bf16": "bfloat16",
+            "fp8": "float8", "float8_e4m3fn": "float8", "float8_e5m2": "float8"}
 
 
 def dtype_name(dtype) -> str:
@@ -61,7 +53,8 @@ def dtype_name(dtype) -> str:
         key = None
     key = _ALIASES.get(key, key)
     if key not in DTYPE_BYTES:
-        raise ValueError(f"Unknown dtype {dtype!r}: use one of {', '.join(DTYPE_BYTES)}.")
+        raise ValueError(message("Unknown dtype {dtype!r}: use one of {dtypes}.",
+                                 dtype=dtype, dtypes=", ".join(DTYPE_BYTES)))
     return key
 
 
@@ -70,22 +63,29 @@ def bytes_per_element(dtype) -> int:
     return DTYPE_BYTES[dtype_name(dtype)]
 
 
-def _whole(name: str, value, minimum: int, why: str = "") -> int:
+# _whole's sentences: one for each argument whose reason is worth saying, else one for each lower bound
+WHOLE = {"bytes_per_element": "{name} must be a positive whole number or a dtype name such as 'fp16', got {value}.",
+         "kv_heads": "{name} must be at least 1, got {value}: every attention layer keeps at least one key-value head.",
+         "query_heads": "{name} must be at least 1, got {value}: a model needs at least one query head.",
+         "window": "{name} must be at least 2 tokens, got {value}: the new token and at least one before it.",
+         0: "{name} must be zero or more, got {value}.", 1: "{name} must be a positive whole number, got {value}."}
+
+
+def _whole(name: str, value, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         if isinstance(value, float) and value.is_integer():
             value = int(value)
         else:
-            raise ValueError(f"{name} must be a whole number, got {value!r}.")
+            raise ValueError(message("{name} must be a whole number, got {value!r}.", name=name, value=value))
     if value < minimum:
-        bound = {0: "zero or more", 1: "a positive whole number"}.get(minimum, f"at least {minimum}")
-        raise ValueError(f"{name} must be {bound}, got {value}{why}.")
+        raise ValueError(message(WHOLE[name if name in WHOLE else minimum], name=name, value=value))
     return value
 
 
 def _element_bytes(b) -> int:
     if isinstance(b, (str, torch.dtype)):
         return bytes_per_element(b)
-    return _whole("bytes_per_element", b, 1, " (or pass a dtype name such as 'fp16')")
+    return _whole("bytes_per_element", b, 1)
 
 
 # --------------------------------------------------------------------------- the formula
@@ -97,7 +97,7 @@ def kv_bytes_per_token(layers: int, kv_heads: int, head_dim: int, bytes_per_elem
     ``bytes_per_element`` is a whole number of bytes or a dtype (``'fp16'``, ``torch.float32`` ...).
     """
     layers = _whole("layers", layers, 1)
-    kv_heads = _whole("kv_heads", kv_heads, 1, ": every attention layer keeps at least one key-value head")
+    kv_heads = _whole("kv_heads", kv_heads, 1)
     head_dim = _whole("head_dim", head_dim, 1)
     return 2 * layers * kv_heads * head_dim * _element_bytes(bytes_per_element)
 
@@ -126,10 +126,9 @@ def shape_table(bytes_per_token: int, shapes: Iterable[tuple[int, int]]) -> list
 def human_bytes(n: int | float) -> str:
     """Binary units, as the chapter uses them: 12288 -> '12 KiB', 805306368 -> '768 MiB'."""
     if n < 0:
-        raise ValueError(f"a size in bytes cannot be negative, got {n}.")
+        raise ValueError(message("a size in bytes cannot be negative, got {n}.", n=n))
     units = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"]
-    k = 0
-    v = float(n)
+    k, v = 0, float(n)
     while v >= 1024 and k < len(units) - 1:
         v /= 1024
         k += 1
@@ -156,23 +155,24 @@ class KVArchitecture:
 
     def __post_init__(self):
         _whole("layers", self.layers, 1)
-        _whole("query_heads", self.query_heads, 1, ": a model needs at least one query head")
-        _whole("kv_heads", self.kv_heads, 1, ": every attention layer keeps at least one key-value head")
+        _whole("query_heads", self.query_heads, 1)
+        _whole("kv_heads", self.kv_heads, 1)
         _whole("head_dim", self.head_dim, 1)
         if self.query_heads % self.kv_heads:
-            divisors = [d for d in range(1, self.query_heads + 1) if self.query_heads % d == 0]
-            raise ValueError(
-                f"kv_heads ({self.kv_heads}) must divide query_heads ({self.query_heads}) evenly, because each "
-                f"key-value head serves a whole group of query heads; try one of {', '.join(map(str, divisors))}.")
+            divisors = ", ".join(str(d) for d in range(1, self.query_heads + 1) if self.query_heads % d == 0)
+            raise ValueError(message("kv_heads ({kv_heads}) must divide query_heads ({query_heads}) evenly, because "
+                                     "each key-value head serves a whole group of query heads; try one of {divisors}.",
+                                     kv_heads=self.kv_heads, query_heads=self.query_heads, divisors=divisors))
         if self.params is not None:
             _whole("params", self.params, 1)
         _whole("window_layers", self.window_layers, 0)
         if self.window_layers > self.layers:
-            raise ValueError(f"window_layers ({self.window_layers}) cannot exceed the {self.layers} layers.")
+            raise ValueError(message("window_layers ({window_layers}) cannot exceed the {layers} layers.",
+                                     window_layers=self.window_layers, layers=self.layers))
         if self.window_layers and self.window is None:
-            raise ValueError("Sliding-window layers need a window: pass window= (tokens a query can see).")
+            raise ValueError(message("Sliding-window layers need a window: pass window= (tokens a query can see)."))
         if self.window is not None:
-            _whole("window", self.window, 2, ": a window covers the new token and at least one before it")
+            _whole("window", self.window, 2)
 
     @property
     def group_size(self) -> int:
@@ -209,7 +209,7 @@ class KVArchitecture:
 
     def weight_bytes(self, dtype) -> int:
         if self.params is None:
-            raise ValueError(f"{self.name} has no parameter count: pass params= when you build it.")
+            raise ValueError(message("{name} has no parameter count: pass params= when you build it.", name=self.name))
         return self.params * bytes_per_element(dtype)
 
     def with_kv_heads(self, kv_heads: int) -> "KVArchitecture":
@@ -236,8 +236,8 @@ class KVArchitecture:
         windows = layer_windows(config)
         sizes = {w for w in windows if w is not None}
         if len(sizes) > 1:
-            raise ValueError(f"This config has sliding windows of several sizes {sorted(sizes)}; "
-                             f"the formula here handles one window size.")
+            raise ValueError(message("This config has sliding windows of several sizes {sizes}; the formula here "
+                                     "handles one window size.", sizes=sorted(sizes)))
         d = Dims.from_config(config)
         return cls(name or getattr(config, "model_type", "model"), d.layers, d.heads, d.kv_heads, d.head_dim, params,
                    window=sizes.pop() if sizes else None, window_layers=sum(w is not None for w in windows))
@@ -252,8 +252,8 @@ def layer_windows(config) -> list[int | None]:
         return [window] * n if window is not None and getattr(config, "use_sliding_window", True) else [None] * n
     unknown = set(types) - {"full_attention", "sliding_attention"}
     if unknown:
-        raise ValueError(f"This config has {sorted(unknown)} layers; the cache formula here covers full and "
-                         f"sliding-window attention layers only.")
+        raise ValueError(message("This config has {unknown} layers; the cache formula here covers full and "
+                                 "sliding-window attention layers only.", unknown=sorted(unknown)))
     return [window if t == "sliding_attention" else None for t in types]
 
 
@@ -265,7 +265,7 @@ def kv_bytes_per_token_from_config(config, dtype=None) -> int:
     if dtype is None:
         dtype = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
         if dtype is None:
-            raise ValueError("This config does not say its dtype: pass dtype= (e.g. 'fp16').")
+            raise ValueError(message("This config does not say its dtype: pass dtype= (e.g. 'fp16')."))
     return KVArchitecture.from_config(config).bytes_per_token(dtype)
 
 
@@ -326,7 +326,7 @@ def describe_cache(cache) -> CacheMeasurement:
     """Read a filled cache: its per-layer shape and dtype, and the bytes it holds."""
     n_layers = kv_cache.num_cache_layers(cache)
     if n_layers == 0 or kv_cache.cache_length(cache) == 0:
-        raise ValueError("The cache is empty: run a forward pass with it first.")
+        raise ValueError(message("The cache is empty: run a forward pass with it first."))
     k0, _ = kv_cache.layer_kv(cache, 0)
     storages = {}
     for i in range(n_layers):
@@ -341,8 +341,7 @@ def describe_cache(cache) -> CacheMeasurement:
 @torch.inference_mode()
 def measure_cache(model, users: int, tokens: int, seed: int = 0) -> CacheMeasurement:
     """Prefill ``users`` sequences of ``tokens`` random token ids in one batch and measure the cache it leaves."""
-    users = _whole("users", users, 1)
-    tokens = _whole("tokens", tokens, 1)
+    users, tokens = _whole("users", users, 1), _whole("tokens", tokens, 1)
     g = torch.Generator().manual_seed(seed)
     ids = torch.randint(0, model.config.vocab_size, (users, tokens), generator=g)
     device = next(model.parameters()).device

@@ -19,6 +19,7 @@ import torch
 from . import s01_kv_cache as kc
 from .infra.chapter import S4_CONTEXT
 from .infra.measure import Timing, interleaved_medians
+from .infra.messages import message
 
 # --------------------------------------------------------------------------- the batch-size sweep
 
@@ -40,9 +41,9 @@ def decode_step_sweep(model, batch_sizes: Sequence[int], context: int = S4_CONTE
     """
     sizes = list(batch_sizes)
     if not sizes or any((not isinstance(b, int)) or b < 1 for b in sizes) or len(set(sizes)) < len(sizes):
-        raise ValueError(f"batch_sizes must be distinct positive whole numbers, got {sizes!r}.")
+        raise ValueError(message("batch_sizes must be distinct positive whole numbers, got {sizes!r}.", sizes=sizes))
     if context < 1:
-        raise ValueError(f"context must be at least 1 token, got {context}.")
+        raise ValueError(message("context must be at least 1 token, got {context}.", context=context))
     ids = torch.randint(0, model.config.vocab_size, (1, context), generator=torch.Generator().manual_seed(seed))
     ids = ids.to(next(model.parameters()).device)
     _, one = kc.prefill(model, ids)
@@ -55,7 +56,7 @@ def decode_step_sweep(model, batch_sizes: Sequence[int], context: int = S4_CONTE
 def per_doubling_gain(b1: int, thr1: float, b2: int, thr2: float) -> float:
     """Throughput gain from b1 to b2 expressed per doubling of the batch: 2.0 = free, 1.0 = no gain at all."""
     if not 0 < b1 < b2:
-        raise ValueError(f"need 0 < b1 < b2, got {b1} and {b2}.")
+        raise ValueError(message("need 0 < b1 < b2, got {b1} and {b2}.", b1=b1, b2=b2))
     return (thr2 / thr1) ** (1.0 / math.log2(b2 / b1))
 
 
@@ -75,11 +76,13 @@ def find_knee(batches: Sequence[int], step_seconds: Sequence[float], factor: flo
     b = [int(x) for x in batches]
     s = [float(x) for x in step_seconds]
     if len(b) != len(s) or len(b) < 2:
-        raise ValueError("find_knee needs at least two (batch, step time) points of equal count.")
+        raise ValueError(message("find_knee needs at least two (batch, step time) points of equal count."))
     if sorted(set(b)) != b or b[0] < 1:
-        raise ValueError("batch sizes must be positive and strictly increasing, starting from the reference batch.")
+        raise ValueError(message("batch sizes must be positive and strictly increasing, starting from the reference "
+                                 "batch."))
     if factor <= 1.0:
-        raise ValueError(f"factor must exceed 1 (how many times batch 1's latency marks the knee), got {factor}.")
+        raise ValueError(message("factor must exceed 1 (how many times batch 1's latency marks the knee), got "
+                                 "{factor}.", factor=factor))
     for i in range(1, len(b)):
         if s[i] > factor * s[0]:
             return b[i - 1]
@@ -116,7 +119,8 @@ def sweep_checks(batches: Sequence[int], knee: int, factor: float = 2.0) -> Call
     """
     b = [int(x) for x in batches]
     if knee not in b or b[0] != 1:
-        raise ValueError(f"the sweep must start at batch 1 and include the knee {knee}, got {b}.")
+        raise ValueError(message("the sweep must start at batch 1 and include the knee {knee}, got {b}.",
+                                 knee=knee, b=b))
 
     def checks(sweep: Mapping[int, Timing]) -> dict:
         s = [sweep[x].min for x in b]
@@ -148,11 +152,12 @@ def step_cost_from_sweep(batches: Sequence[int], step_seconds: Sequence[float]) 
     b = [int(x) for x in batches]
     s = [float(x) for x in step_seconds]
     if len(b) != len(s) or len(b) < 2 or sorted(set(b)) != b:
-        raise ValueError("step_cost_from_sweep needs two or more strictly increasing batch sizes with one time each.")
+        raise ValueError(message("step_cost_from_sweep needs two or more strictly increasing batch sizes with one "
+                                 "time each."))
 
     def cost(n: int) -> float:
         if n < 1:
-            raise ValueError(f"a step needs at least one active request, got {n}.")
+            raise ValueError(message("a step needs at least one active request, got {n}.", n=n))
         if n <= b[0]:
             return s[0]            # nothing measured below the first batch size: a step costs at least that
         i = 0

@@ -41,7 +41,8 @@ class OutOfBlocks(MemoryError):
 
 def _check_block_size(block_size) -> None:
     if not isinstance(block_size, int) or block_size < 1:
-        raise ValueError(f"block_size must be a whole number of tokens >= 1, got {block_size!r}.")
+        raise ValueError(message("block_size must be a whole number of tokens >= 1, got {block_size!r}.",
+                                 block_size=block_size))
 
 
 class BlockAllocator:
@@ -50,7 +51,8 @@ class BlockAllocator:
     def __init__(self, num_blocks: int, block_size: int):
         _check_block_size(block_size)
         if not isinstance(num_blocks, int) or num_blocks < 1:
-            raise ValueError(f"num_blocks must be a whole number >= 1, got {num_blocks!r}.")
+            raise ValueError(message("num_blocks must be a whole number >= 1, got {num_blocks!r}.",
+                                     num_blocks=num_blocks))
         self.num_blocks, self.block_size = num_blocks, block_size
         self.free_blocks: deque[int] = deque(range(num_blocks))
         self.refcount = [0] * num_blocks
@@ -68,12 +70,12 @@ class BlockAllocator:
 
     def share(self, block: int) -> None:
         if self.refcount[block] < 1:
-            raise ValueError(f"block {block} is free; only a block in use can be shared.")
+            raise ValueError(message("block {block} is free; only a block in use can be shared.", block=block))
         self.refcount[block] += 1
 
     def release(self, block: int) -> None:
         if self.refcount[block] < 1:
-            raise ValueError(f"block {block} is already free; release each reference once.")
+            raise ValueError(message("block {block} is already free; release each reference once.", block=block))
         self.refcount[block] -= 1
         if self.refcount[block] == 0:
             self.free_blocks.append(block)
@@ -104,13 +106,13 @@ class PagedKVCache:
     # -- sequences
     def add_sequence(self, seq: Hashable) -> None:
         if seq in self.tables:
-            raise ValueError(f"sequence {seq!r} already exists; free it first or use a new id.")
+            raise ValueError(message("sequence {seq!r} already exists; free it first or use a new id.", seq=seq))
         self.tables[seq], self.lengths[seq] = [], 0
 
     def fork(self, parent: Hashable, child: Hashable) -> None:
         """Start ``child`` as a copy of ``parent`` that shares every block (no data is copied)."""
         if parent not in self.tables:
-            raise ValueError(f"cannot fork unknown sequence {parent!r}.")
+            raise ValueError(message("cannot fork unknown sequence {parent!r}.", parent=parent))
         self.add_sequence(child)
         for b in self.tables[parent]:
             self.alloc.share(b)
@@ -119,7 +121,7 @@ class PagedKVCache:
 
     def free(self, seq: Hashable) -> None:
         if seq not in self.tables:
-            raise ValueError(f"cannot free unknown sequence {seq!r}.")
+            raise ValueError(message("cannot free unknown sequence {seq!r}.", seq=seq))
         for b in self.tables.pop(seq):
             self.alloc.release(b)
         del self.lengths[seq]
@@ -128,10 +130,10 @@ class PagedKVCache:
                n: int | None = None) -> None:
         """Add tokens to ``seq``: ``k``/``v`` shaped (tokens, kv_heads, head_dim), or just ``n`` tokens of bookkeeping."""
         if seq not in self.tables:
-            raise ValueError(f"unknown sequence {seq!r}: add_sequence() or fork() it first.")
+            raise ValueError(message("unknown sequence {seq!r}: add_sequence() or fork() it first.", seq=seq))
         count = k.shape[0] if k is not None else n
         if count is None or count < 0:
-            raise ValueError("append needs keys and values, or a token count n >= 0.")
+            raise ValueError(message("append needs keys and values, or a token count n >= 0."))
         table, bs = self.tables[seq], self.block_size
         for t in range(count):
             pos = self.lengths[seq]
@@ -155,7 +157,8 @@ class PagedKVCache:
     def gather(self, seq: Hashable) -> tuple[torch.Tensor, torch.Tensor]:
         """The sequence's K and V as contiguous (tokens, kv_heads, head_dim) tensors, read through its table."""
         if self.pool_k is None:
-            raise ValueError("this cache only keeps books; create it with kv_heads and head_dim to store K and V.")
+            raise ValueError(message("this cache only keeps books; create it with kv_heads and head_dim to store K "
+                                     "and V."))
         idx = torch.tensor(self.tables[seq], dtype=torch.long)
         n = self.lengths[seq]
         k = self.pool_k[idx].flatten(0, 1)[:n]
@@ -190,7 +193,8 @@ def paged_attention(q: torch.Tensor, pool_k: torch.Tensor, pool_v: torch.Tensor,
     heads, d = q.shape
     block_size, kv_heads = pool_k.shape[1], pool_k.shape[2]
     if length < 1 or length > len(table) * block_size:
-        raise ValueError(f"length must be between 1 and {len(table) * block_size} tokens for this table, got {length}.")
+        raise ValueError(message("length must be between 1 and {capacity} tokens for this table, got {length}.",
+                                 capacity=len(table) * block_size, length=length))
     group = heads // kv_heads
     m = torch.full((heads,), float("-inf"), dtype=q.dtype)
     denom = torch.zeros(heads, dtype=q.dtype)
@@ -217,7 +221,8 @@ def paged_attention(q: torch.Tensor, pool_k: torch.Tensor, pool_v: torch.Tensor,
 def reserved_tokens(slots: int, max_context: int) -> int:
     """Token slots a server reserves when every slot gets room for the longest possible context."""
     if slots < 1 or max_context < 1:
-        raise ValueError(f"slots and max_context must be >= 1, got {slots} and {max_context}.")
+        raise ValueError(message("slots and max_context must be >= 1, got {slots} and {max_context}.",
+                                 slots=slots, max_context=max_context))
     return slots * max_context
 
 
@@ -261,9 +266,10 @@ def replay(trace: Sequence[Mapping[int, int]], block_size: int, shared_prefix: i
     """
     _check_block_size(block_size)
     if len(trace) == 0:
-        raise ValueError("the trace is empty: give at least one step.")
+        raise ValueError(message("the trace is empty: give at least one step."))
     if shared_prefix < 0:
-        raise ValueError(f"shared_prefix must be >= 0 tokens, got {shared_prefix}.")
+        raise ValueError(message("shared_prefix must be >= 0 tokens, got {shared_prefix}.",
+                                 shared_prefix=shared_prefix))
     if num_blocks is None:   # enough for the worst step without sharing, plus copies
         num_blocks = max(sum(blocks_needed(n, block_size) + 1 for n in step.values()) for step in trace) + \
             blocks_needed(shared_prefix, block_size) + 1
@@ -279,13 +285,15 @@ def replay(trace: Sequence[Mapping[int, int]], block_size: int, shared_prefix: i
             if r not in cache.tables:
                 if shared_prefix:
                     if n < shared_prefix:
-                        raise ValueError(f"request {r} holds {n} tokens, fewer than the shared prefix {shared_prefix}.")
+                        raise ValueError(message("request {r} holds {n} tokens, fewer than the shared prefix "
+                                                 "{shared_prefix}.", r=r, n=n, shared_prefix=shared_prefix))
                     cache.fork(PREFIX, r)
                 else:
                     cache.add_sequence(r)
             grow = n - cache.lengths[r]
             if grow < 0:
-                raise ValueError(f"request {r} shrank from {cache.lengths[r]} to {n} tokens; a trace only grows.")
+                raise ValueError(message("request {r} shrank from {before} to {n} tokens; a trace only grows.",
+                                         r=r, before=cache.lengths[r], n=n))
             cache.append(r, n=grow)
         logical = sum(step.values())
         stored = logical - (len(step) - 1) * shared_prefix if (shared_prefix and step) else logical
@@ -314,7 +322,7 @@ def prefix_saving(trace: Sequence[Mapping[int, int]], prefix: int, block_size: i
 def common_prefix_length(prompts: Sequence[Sequence[int]]) -> int:
     """How many leading tokens every prompt shares."""
     if not prompts:
-        raise ValueError("give at least one prompt.")
+        raise ValueError(message("give at least one prompt."))
     n = min(len(p) for p in prompts)
     for i in range(n):
         t = prompts[0][i]

@@ -65,14 +65,15 @@ def skewed_lengths(n: int = CHAPTER_REQUESTS, median: float = CHAPTER_MEDIAN, si
     which matters to static batching (who ends up next to the outlier).
     """
     if not isinstance(n, int) or n < 1:
-        raise ValueError(f"n must be a positive number of requests, got {n!r}.")
+        raise ValueError(message("n must be a positive number of requests, got {n!r}.", n=n))
     if median < 1 or sigma < 0:
-        raise ValueError(f"median must be >= 1 token and sigma >= 0, got {median} and {sigma}.")
+        raise ValueError(message("median must be >= 1 token and sigma >= 0, got {median} and {sigma}.",
+                                 median=median, sigma=sigma))
     real = [median * math.exp(sigma * z) for z in _normal_quantiles(n)]
     if longest is not None:
         if longest < real[-2]:
-            raise ValueError(f"longest={longest} is shorter than the next-longest request ({real[-2]:.0f}): "
-                             f"raise it or lower sigma.")
+            raise ValueError(message("longest={longest} is shorter than the next-longest request ({previous:.0f}): "
+                                     "raise it or lower sigma.", longest=longest, previous=real[-2]))
         real[-1] = float(longest)
     lengths = [max(1, x) for x in _round_keeping_total(real)]
     random.Random(seed).shuffle(lengths)
@@ -88,7 +89,8 @@ def sigma_for_total(n: int = CHAPTER_REQUESTS, median: float = CHAPTER_MEDIAN, l
         return sum(real)
     lo, hi = 0.0, 5.0
     if not total_at(lo) <= total <= total_at(hi):
-        raise ValueError(f"no log-normal spread gives a total of {total} for {n} requests of median {median}.")
+        raise ValueError(message("no log-normal spread gives a total of {total} for {n} requests of median {median}.",
+                                 total=total, n=n, median=median))
     for _ in range(100):
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if total_at(mid) < total else (lo, mid)
@@ -104,7 +106,7 @@ def chapter_lengths(skew: float = 1.0, n: int = CHAPTER_REQUESTS, median: float 
     request too).
     """
     if skew < 0:
-        raise ValueError(f"skew must be >= 0 (0 = all requests equally long), got {skew}.")
+        raise ValueError(message("skew must be >= 0 (0 = all requests equally long), got {skew}.", skew=skew))
     sigma = sigma_for_total(n, median, longest, total)
     top = median * (longest / median) ** skew
     return skewed_lengths(n, median, sigma * skew, longest=max(1, round(top)), seed=seed)
@@ -113,7 +115,7 @@ def chapter_lengths(skew: float = 1.0, n: int = CHAPTER_REQUESTS, median: float 
 def poisson_arrivals(n: int, rate: float, seed: int = 0) -> list[float]:
     """Arrival times of ``n`` requests at ``rate`` per second (seeded exponential gaps); the first at 0."""
     if rate <= 0:
-        raise ValueError(f"rate must be positive (requests per second), got {rate}.")
+        raise ValueError(message("rate must be positive (requests per second), got {rate}.", rate=rate))
     rng = random.Random(seed)
     t, out = 0.0, []
     for _ in range(n):
@@ -161,7 +163,7 @@ def percentile(values: Sequence[float], q: float) -> float:
     """Linear-interpolation percentile (numpy's default), q in [0, 100]."""
     xs = sorted(values)
     if not xs:
-        raise ValueError("percentile of an empty list: there is nothing to summarize.")
+        raise ValueError(message("percentile of an empty list: there is nothing to summarize."))
     pos = (len(xs) - 1) * q / 100
     lo = math.floor(pos)
     hi = min(lo + 1, len(xs) - 1)
@@ -195,18 +197,20 @@ def gains(lengths: Sequence[int], slots: int, step_cost: Callable[[int], float],
 
 def check_workload(lengths: Sequence[int], slots: int, policy: str, arrivals):
     if not isinstance(slots, int) or slots < 1:
-        raise ValueError(f"slots must be a whole number >= 1 (the requests one step can hold), got {slots!r}.")
+        raise ValueError(message("slots must be a whole number >= 1 (the requests one step can hold), got {slots!r}.",
+                                 slots=slots))
     if len(lengths) == 0:
-        raise ValueError("the request queue is empty: give at least one request.")
+        raise ValueError(message("the request queue is empty: give at least one request."))
     if any((not isinstance(n, int)) or n < 1 for n in lengths):
-        raise ValueError("every request must ask for at least one whole output token.")
+        raise ValueError(message("every request must ask for at least one whole output token."))
     if policy not in POLICIES:
-        raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}.")
+        raise ValueError(message("policy must be one of {policies}, got {policy!r}.", policies=POLICIES, policy=policy))
     if arrivals is not None:
         if len(arrivals) != len(lengths):
-            raise ValueError(f"give one arrival time per request ({len(lengths)}), got {len(arrivals)}.")
+            raise ValueError(message("give one arrival time per request ({requests}), got {arrival_times}.",
+                                     requests=len(lengths), arrival_times=len(arrivals)))
         if any(b < a for a, b in zip(arrivals, arrivals[1:])) or arrivals[0] < 0:
-            raise ValueError("arrival times must start at >= 0 and never decrease (requests queue in order).")
+            raise ValueError(message("arrival times must start at >= 0 and never decrease (requests queue in order)."))
 
 
 # --------------------------------------------------------------------------- the paper model

@@ -16,6 +16,7 @@ from transformers import GenerationConfig
 
 from . import s04_slots as slot_batch
 from .infra.measure import now
+from .infra.messages import message
 from .s04_scheduling import POLICIES, Schedule, check_workload
 
 
@@ -63,7 +64,8 @@ def serving(model, prompts: Sequence[torch.Tensor], lengths: Sequence[int], slot
     """
     check_workload(list(lengths), slots, policy, None)
     if len(prompts) != len(lengths):
-        raise ValueError(f"give one output length per prompt ({len(prompts)}), got {len(lengths)}.")
+        raise ValueError(message("give one output length per prompt ({prompts}), got {lengths}.",
+                                 prompts=len(prompts), lengths=len(lengths)))
     n = len(prompts)
     admit, finish, release, slot_of = [0.0] * n, [0.0] * n, [0.0] * n, [0] * n
     outputs: dict[int, list[int]] = {}
@@ -204,7 +206,7 @@ def serve_side_by_side(model, prompts: Sequence[torch.Tensor], lengths: Sequence
     Pass a dict as ``prefills`` to keep them (keyed by :func:`helpers.s04_slots.prompt_key`).
     """
     if len(policies) == 0:
-        raise ValueError("give at least one policy to run.")
+        raise ValueError(message("give at least one policy to run."))
     prefills = {} if prefills is None else prefills
     bar = progress(total=sum(lengths) * len(policies)) if progress else None
     running = {p: serving(model, prompts, lengths, slots, p, bar, prefills=prefills) for p in policies}
@@ -245,7 +247,8 @@ def run_transformers_cb(model, prompts: Sequence[torch.Tensor], lengths: Sequenc
         while len(done) < len(prompts):
             r = manager.get_result(timeout=timeout)
             if r is None:
-                raise RuntimeError(f"transformers' manager returned nothing for {timeout:.0f} s")
+                raise RuntimeError(message("transformers' manager returned nothing for {timeout:.0f} s",
+                                           timeout=timeout))
             if r.status.name == "FINISHED":
                 done[r.request_id] = r
     outs = [done[f"r{i}"].generated_tokens for i in range(len(prompts))]

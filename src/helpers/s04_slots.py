@@ -16,6 +16,7 @@ import torch
 
 from . import s01_kv_cache as kc
 from .infra.measure import now
+from .infra.messages import message
 
 
 @dataclass(frozen=True)
@@ -104,7 +105,7 @@ class SlotBatch:
         ``prefill``: this prompt's :class:`Prefill`, already run; then it is not run again.
         """
         if prompt_ids.dim() != 2 or prompt_ids.shape[0] != 1 or prompt_ids.shape[1] < 1:
-            raise ValueError("add() takes one prompt shaped (1, tokens) with at least one token.")
+            raise ValueError(message("add() takes one prompt shaped (1, tokens) with at least one token."))
         if prefill is None and self.reuse is not None:
             prefill = self.reuse.get(prompt_key(prompt_ids))
         if prefill is None:
@@ -150,7 +151,7 @@ class SlotBatch:
     def step(self) -> torch.Tensor:
         """One decode step for every row: feeds each row's last token, returns the next ones (rows, 1)."""
         if self.rows == 0:
-            raise ValueError("the batch is empty: add a request before stepping.")
+            raise ValueError(message("the batch is empty: add a request before stepping."))
         if self._cache is None:
             self._cache = kc.cache_from_kv(self.model, self.kv)
         ones = torch.ones(self.rows, 1, dtype=self.mask.dtype, device=self.mask.device)

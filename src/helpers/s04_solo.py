@@ -14,6 +14,7 @@ from typing import Sequence
 
 import torch
 
+from .infra.messages import message
 from . import s01_kv_cache as kc
 
 
@@ -32,7 +33,8 @@ class Parted:
 def summarize(found: Sequence[tuple[int, int, float]], requests: int, tie: float = TIE_GAP) -> Parted:
     """Count :func:`off_greedy`'s findings over ``requests`` requests, for one row of a table."""
     if len(found) > requests:
-        raise ValueError(f"{len(found)} requests parted, more than the {requests} served: pass the run's count.")
+        raise ValueError(message("{found} requests parted, more than the {requests} served: pass the run's count.",
+                                 found=len(found), requests=requests))
     gaps = [gap for *_, gap in found]
     return Parted(requests - len(found), sum(g <= tie for g in gaps), max(gaps, default=0.0),
                   " ".join(f"{i}:{k + 1}" for i, k, _ in found) or "—")

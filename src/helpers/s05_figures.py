@@ -43,9 +43,10 @@ def scheme_for(levels: str = "uniform", bits: int = 4, granularity: str = "tenso
     """A scheme as the controls describe it: ``levels`` 'uniform' or 'NF4', ``granularity`` one of
     :data:`GRANULARITIES` ('tensor', 'row' or a block size)."""
     if levels not in ("uniform", "NF4"):
-        raise ValueError(f"levels must be 'uniform' or 'NF4', got {levels!r}.")
+        raise ValueError(message("levels must be 'uniform' or 'NF4', got {levels!r}.", levels=levels))
     if granularity not in GRANULARITIES:
-        raise ValueError(f"weights per scale must be one of {', '.join(GRANULARITIES)}, got {granularity!r}.")
+        raise ValueError(message("weights per scale must be one of {granularities}, got {granularity!r}.",
+                                 granularities=", ".join(GRANULARITIES), granularity=granularity))
     axis = -1 if granularity == "row" else None
     group = None if granularity in ("tensor", "row") else int(granularity)
     where = {"tensor": message("one scale per tensor"), "row": message("one scale per row")}.get(
@@ -121,7 +122,7 @@ def histogram_slider(name: str, w: torch.Tensor, by: str = "bits"):
     """``by='bits'``: uniform levels with one scale per tensor, 2 to 8 bits; ``by='block'``: 4 bits, every
     number of weights per scale."""
     if by not in ("bits", "block"):
-        raise ValueError(f"by must be 'bits' or 'block', got {by!r}.")
+        raise ValueError(message("by must be 'bits' or 'block', got {by!r}.", by=by))
     values = list(range(2, 9)) if by == "bits" else list(GRANULARITIES)
     scheme_of = (lambda b: scheme_for("uniform", b)) if by == "bits" else (lambda g: scheme_for("uniform", 4, g))
     titles = {v: histogram_title(name, w, scheme_of(v)) for v in values}

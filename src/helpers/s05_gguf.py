@@ -1,28 +1,23 @@
 """Reading a GGUF file's weights: which block formats it holds, and the exact numbers they store (section 5).
 
-A GGUF file (llama.cpp's format) stores each matrix in one of GGML's *block
-formats*: the weights are cut into blocks of consecutive values, and each
-block keeps a few scales and one small integer code per weight. Section 5
+A GGUF file (llama.cpp's format) stores each matrix in one of GGML's *block formats*: the weights are cut into
+blocks of consecutive values, and each block keeps a few scales and one small integer code per weight. Section 5
 needs two things from that:
 
-* the **bits per weight** of every format the file holds, for the accounting
-  (:func:`format_table`, :func:`bits_per_weight_of`): the byte sizes come from
-  the ``gguf`` package's table of block sizes, so every format it knows is
-  covered, K-quants included;
-* the **exact stored numbers** of one matrix, unpacked by hand for the simple
-  formats (:data:`UNPACKED`: Q4_0, Q4_1, Q8_0) and cross-checked against the
-  ``gguf`` package's own dequantizer (:func:`reference_dequantize`). Other
-  formats (K-quants and the rest) are read through ``gguf`` only, and a model
-  that is not a GGUF file has no stored blocks at all: :func:`stored_blocks`
-  says so instead of guessing.
+* the **bits per weight** of every format the file holds, for the accounting (:func:`format_table`,
+  :func:`bits_per_weight_of`): the byte sizes come from the ``gguf`` package's table of block sizes, so every format
+  it knows is covered, K-quants included;
+* the **exact stored numbers** of one matrix, unpacked by hand for the simple formats (:data:`UNPACKED`: Q4_0, Q4_1,
+  Q8_0) and cross-checked against the ``gguf`` package's own dequantizer (:func:`reference_dequantize`). Other
+  formats (K-quants and the rest) are read through ``gguf`` only, and a model that is not a GGUF file has no stored
+  blocks at all: :func:`stored_blocks` says so instead of guessing.
 
-Both find a matrix through the file's tensor directory, read by
-:func:`tensor_directory` with ``struct``: the ``gguf`` package's
-own reader also unpacks every metadata value, the whole vocabulary included,
-which takes seconds for the few hundred entries we need.
+Both find a matrix through the file's tensor directory, read by :func:`tensor_directory` with ``struct``: the
+``gguf`` package's own reader also unpacks every metadata value, the whole vocabulary included, which takes seconds
+for the few hundred entries we need.
 
-Q4_1 also appears here as a quantizer (:func:`q4_1_quantize`), because our
-reference weights are stored in it; :class:`helpers.s05_quantization.Scheme` uses it.
+Q4_1 also appears here as a quantizer (:func:`q4_1_quantize`), because our reference weights are stored in it;
+:class:`helpers.s05_quantization.Scheme` uses it.
 """
 from __future__ import annotations
 
@@ -36,6 +31,7 @@ import numpy as np
 import torch
 
 from .infra.model import embedded_gguf_path, resolve_source
+from .infra.messages import message
 from .s05_quant_blocks import Layout, check_weights
 
 # The three simple formats we unpack ourselves: (weights per block, bytes per block).
@@ -45,7 +41,6 @@ Q8_0_BLOCK, Q8_0_BYTES = 32, 2 + 32          # fp16 d, 32 int8 codes:       w = 
 UNPACKED = ("Q4_0", "Q4_1", "Q8_0")
 
 # --------------------------------------------------------------------------- Q4_1 as a quantizer (our reference's format)
-
 
 
 def _q4_1_steps(w: torch.Tensor):
@@ -72,8 +67,9 @@ def q4_1_quantize(w: torch.Tensor):
 
 def q4_1_dequantize(q: torch.Tensor, d: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
     if d.numel() * Q4_1_BLOCK != q.numel() or m.numel() != d.numel():
-        raise ValueError(f"Q4_1 needs one d and one m per {Q4_1_BLOCK} codes: got {q.numel()} codes, "
-                         f"{d.numel()} d and {m.numel()} m.")
+        raise ValueError(message("Q4_1 needs one d and one m per {block} codes: got {codes} codes, {scales} d and "
+                                 "{minimums} m.", block=Q4_1_BLOCK, codes=q.numel(), scales=d.numel(),
+                                 minimums=m.numel()))
     b = q.reshape(-1, Q4_1_BLOCK).to(torch.float32)
     return (d.float().reshape(-1, 1) * b + m.float().reshape(-1, 1)).reshape(q.shape)
 
@@ -91,7 +87,7 @@ def q4_1_error_estimate(w: torch.Tensor) -> float:
     d = _q4_1_steps(w)[3].reshape(-1).half()      # the steps as stored; the codes are not needed
     norm = float(torch.linalg.vector_norm(w))
     if norm == 0:
-        raise ValueError("The tensor is all zeros, so a relative error is undefined.")
+        raise ValueError(message("The tensor is all zeros, so a relative error is undefined."))
     return math.sqrt(float((d.double() ** 2).sum()) * (Q4_1_BLOCK - 2) / 12) / norm
 
 
@@ -108,8 +104,8 @@ def gguf_name(name: str) -> str:
         layer, sub = int(parts[i + 1]), ".".join(parts[i + 2:i + 4])
         return f"blk.{layer}.{GGUF_NAMES[sub]}.weight"
     except (ValueError, IndexError, KeyError):
-        raise ValueError(f"{name!r} is not a projection matrix of a decoder layer "
-                         f"(expected e.g. 'model.layers.12.mlp.down_proj.weight').") from None
+        raise ValueError(message("{name!r} is not a projection matrix of a decoder layer (expected e.g. "
+                                 "'model.layers.12.mlp.down_proj.weight').", name=name)) from None
 
 
 def model_gguf_path(setting: str | None = None) -> str | None:
@@ -162,18 +158,19 @@ def _skip_value(buf, pos: int, vtype: int) -> int:
         for _ in range(count):                              # arrays of arrays
             pos = _skip_value(buf, pos, itype)
         return pos
-    raise ValueError(f"unknown GGUF value type {vtype} at byte {pos}")
+    raise ValueError(message("unknown GGUF value type {vtype} at byte {pos}", vtype=vtype, pos=pos))
 
 
 def _parse_directory(buf, path: str) -> dict[str, StoredTensor]:
     import gguf  # here, not at the top: importing gguf takes about a second, paid only when a file is read
     if len(buf) < 24 or bytes(buf[:4]) != b"GGUF":
-        raise ValueError(f"{path} is not a GGUF file (it does not start with the bytes 'GGUF').")
+        raise ValueError(message("{path} is not a GGUF file (it does not start with the bytes 'GGUF').", path=path))
     version, n_tensors, n_meta = struct.unpack_from("<IQQ", buf, 4)
     if version & 0xFFFF == 0:
-        raise ValueError(f"{path} is a big-endian GGUF file; only little-endian files are read here.")
+        raise ValueError(message("{path} is a big-endian GGUF file; we read little-endian files only.", path=path))
     if version not in _VERSIONS:
-        raise ValueError(f"{path} is GGUF version {version}; we read versions {' and '.join(map(str, _VERSIONS))}.")
+        raise ValueError(message("{path} is GGUF version {version}; we read versions {versions}.",
+                                 path=path, version=version, versions=", ".join(map(str, _VERSIONS))))
     pos, alignment = 24, _DEFAULT_ALIGNMENT
     for _ in range(n_meta):
         klen = struct.unpack_from("<Q", buf, pos)[0]
@@ -184,7 +181,8 @@ def _parse_directory(buf, path: str) -> dict[str, StoredTensor]:
             alignment = struct.unpack_from("<I", buf, pos)[0]
         pos = _skip_value(buf, pos, vtype)
     if alignment == 0 or alignment & (alignment - 1):
-        raise ValueError(f"{path}: general.alignment must be a power of two, got {alignment}.")
+        raise ValueError(message("{path}: general.alignment must be a power of two, got {alignment}.",
+                                 path=path, alignment=alignment))
     entries = []
     for _ in range(n_tensors):
         nlen = struct.unpack_from("<Q", buf, pos)[0]
@@ -197,11 +195,12 @@ def _parse_directory(buf, path: str) -> dict[str, StoredTensor]:
         try:
             ggml_type = gguf.GGMLQuantizationType(raw_type)
         except ValueError:
-            raise ValueError(f"{path}: tensor {name} has GGML type {raw_type}, which this gguf package does not "
-                             "know; upgrade the gguf package.") from None
+            raise ValueError(message("{path}: tensor {name} has GGML type {raw_type}, which this gguf package does "
+                                     "not know; upgrade the gguf package.",
+                                     path=path, name=name, raw_type=raw_type)) from None
         entries.append((name, ggml_type, dims, rel_offset))
     if pos > len(buf):
-        raise ValueError(f"{path} is truncated: its header runs past the end of the file.")
+        raise ValueError(message("{path} is truncated: its header runs past the end of the file.", path=path))
     data_start = -(-pos // alignment) * alignment            # round up to the alignment
     directory = {}
     for name, ggml_type, dims, rel_offset in entries:
@@ -210,10 +209,10 @@ def _parse_directory(buf, path: str) -> dict[str, StoredTensor]:
         t = StoredTensor(name, ggml_type.name, tuple(dims), data_start + rel_offset, n_elements,
                          n_elements * type_bytes // block)
         if t.offset + t.n_bytes > len(buf):
-            raise ValueError(f"{path} is truncated: tensor {name} would end at byte {t.offset + t.n_bytes:,} "
-                             f"of a {len(buf):,}-byte file.")
+            raise ValueError(message("{path} is truncated: tensor {name} would end at byte {end:,} of a {size:,}-byte "
+                                     "file.", path=path, name=name, end=t.offset + t.n_bytes, size=len(buf)))
         if name in directory:
-            raise ValueError(f"{path} lists tensor {name} twice.")
+            raise ValueError(message("{path} lists tensor {name} twice.", path=path, name=name))
         directory[name] = t
     return directory
 
@@ -225,12 +224,13 @@ def tensor_directory(path: str) -> dict[str, StoredTensor]:
         try:
             buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)   # only the pages we touch are read
         except ValueError:                                               # an empty file cannot be mapped
-            raise ValueError(f"{path} is not a GGUF file (it is empty).") from None
+            raise ValueError(message("{path} is not a GGUF file (it is empty).", path=path)) from None
     with buf:
         try:
             return _parse_directory(buf, path)
         except (struct.error, OverflowError):       # a length or count pointed past the end of the file
-            raise ValueError(f"{path} is truncated or not a GGUF file: its header runs past the end.") from None
+            raise ValueError(message("{path} is truncated or not a GGUF file: its header runs past the end.",
+                                     path=path)) from None
 
 
 def read_tensor_bytes(t: StoredTensor, path: str) -> torch.Tensor:
@@ -239,7 +239,8 @@ def read_tensor_bytes(t: StoredTensor, path: str) -> torch.Tensor:
         f.seek(t.offset)
         data = bytearray(f.read(t.n_bytes))
     if len(data) != t.n_bytes:
-        raise ValueError(f"{path} is truncated: {t.name} has {len(data)} of its {t.n_bytes} bytes.")
+        raise ValueError(message("{path} is truncated: {tensor} has {got} of its {expected} bytes.",
+                                 path=path, tensor=t.name, got=len(data), expected=t.n_bytes))
     return torch.frombuffer(data, dtype=torch.uint8)
 
 
@@ -249,7 +250,8 @@ def bits_per_weight_of(type_name: str) -> float:
     try:
         block, nbytes = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[type_name]]
     except KeyError:
-        raise ValueError(f"{type_name!r} is not a GGML format name (e.g. 'Q4_1', 'Q4_K', 'Q8_0').") from None
+        raise ValueError(message("{type_name!r} is not a GGML format name (e.g. 'Q4_1', 'Q4_K', 'Q8_0').",
+                                 type_name=type_name)) from None
     return 8 * nbytes / block
 
 
@@ -272,7 +274,8 @@ def stored_blocks(name: str, path: str):
     target = gguf_name(name)
     t = tensor_directory(path).get(target)
     if t is None:
-        raise ValueError(f"No tensor {target} in {path}: pick a projection matrix the file holds.")
+        raise ValueError(message("No tensor {target} in {path}: pick a projection matrix the file holds.",
+                                 target=target, path=path))
     rows, cols = t.dims[1], t.dims[0]                     # GGUF lists the fastest axis first
     return t.type_name, read_tensor_bytes(t, path), (rows, cols)
 
@@ -280,7 +283,8 @@ def stored_blocks(name: str, path: str):
 def _blocks(raw: torch.Tensor, nbytes: int, fmt: str) -> torch.Tensor:
     raw = torch.as_tensor(raw).reshape(-1)
     if raw.dtype != torch.uint8 or raw.numel() % nbytes:
-        raise ValueError(f"{fmt} data must be uint8 bytes in blocks of {nbytes}, got {raw.dtype} x {raw.numel()}.")
+        raise ValueError(message("{fmt} data must be uint8 bytes in blocks of {nbytes}, got {dtype} x {count}.",
+                                 fmt=fmt, nbytes=nbytes, dtype=raw.dtype, count=raw.numel()))
     return raw.reshape(-1, nbytes)
 
 
@@ -323,7 +327,8 @@ def dequantize_blocks(fmt: str, raw, shape: tuple[int, int]) -> torch.Tensor:
         q, d = unpack_q8_0(raw)
         w = q.float() * d.float()[:, None]
     else:
-        raise ValueError(f"We unpack only {', '.join(UNPACKED)} by hand; read {fmt} with reference_dequantize().")
+        raise ValueError(message("We unpack only {unpacked} by hand; read {fmt} with reference_dequantize().",
+                                 unpacked=", ".join(UNPACKED), fmt=fmt))
     return w.reshape(shape)
 
 
@@ -340,6 +345,6 @@ def read_q4_1(name: str, path: str | None = None) -> tuple[torch.Tensor, torch.T
     path = str(path or embedded_gguf_path())
     fmt, raw, shape = stored_blocks(name, path)
     if fmt != "Q4_1":
-        raise ValueError(f"{gguf_name(name)} is stored as {fmt}, not Q4_1.")
+        raise ValueError(message("{tensor} is stored as {fmt}, not Q4_1.", tensor=gguf_name(name), fmt=fmt))
     codes, d, m = unpack_q4_1(raw)
     return codes.reshape(shape), d, m

@@ -26,6 +26,7 @@ import warnings
 import torch
 from torch.ao.nn.quantized.dynamic import Linear as DynLinear
 
+from .infra.messages import message
 from . import s05_quantization as Q
 
 KERNELS = ("fp32", "int8 dynamic (torch.ao)", "int8 weight-only", "int4 weight-only g64")
@@ -73,7 +74,8 @@ class Int4WeightOnlyLinear(torch.nn.Module):
         super().__init__()
         w = linear.weight.detach()
         if w.shape[1] % group_size:
-            raise ValueError(f"group_size {group_size} does not divide the {w.shape[1]} inputs: pick 32 or 64.")
+            raise ValueError(message("group_size {group_size} does not divide the {inputs} inputs: pick 32 or 64.",
+                                     group_size=group_size, inputs=w.shape[1]))
         q, scale, zp = Q.asymmetric_quantize(w, 4, axis=-1, group_size=group_size)
         scale = scale.float()
         zero = (8 - zp.float()) * scale
@@ -97,7 +99,7 @@ def _projection_linears(model):
 def with_kernel(model: torch.nn.Module, kernel: str) -> torch.nn.Module:
     """A copy of ``model`` whose projection matrices run on ``kernel`` (one of :data:`KERNELS`)."""
     if kernel not in KERNELS:
-        raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}.")
+        raise ValueError(message("kernel must be one of {kernels}, got {kernel!r}.", kernels=KERNELS, kernel=kernel))
     if kernel == "fp32":
         return copy.deepcopy(model)
     # the projections are about to be replaced: the copy starts out sharing their fp32 weights with ``model``

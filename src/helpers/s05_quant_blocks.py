@@ -11,22 +11,27 @@ import numbers
 
 import torch
 
+from .infra.messages import message
+
 # --------------------------------------------------------------------------- checks
 
 
 def check_bits(bits, low: int = 2, high: int = 8) -> int:
     if isinstance(bits, bool) or not isinstance(bits, numbers.Integral) or not low <= bits <= high:
-        raise ValueError(f"bits must be an integer from {low} to {high}, got {bits!r}.")
+        raise ValueError(message("bits must be an integer from {low} to {high}, got {bits!r}.",
+                                 low=low, high=high, bits=bits))
     return int(bits)
 
 
 def check_weights(w) -> torch.Tensor:
     if not isinstance(w, torch.Tensor):
-        raise ValueError(f"Expected a torch.Tensor of weights, got {type(w).__name__}: wrap it with torch.as_tensor().")
+        raise ValueError(message("Expected a torch.Tensor of weights, got {type_name}: wrap it with "
+                                 "torch.as_tensor().", type_name=type(w).__name__))
     if w.numel() == 0:
-        raise ValueError("Cannot quantize an empty tensor: pass a tensor with at least one weight.")
+        raise ValueError(message("Cannot quantize an empty tensor: pass a tensor with at least one weight."))
     if not w.is_floating_point():
-        raise ValueError(f"Expected floating-point weights, got {w.dtype}: convert them with .float() first.")
+        raise ValueError(message("Expected floating-point weights, got {dtype}: convert them with .float() first.",
+                                 dtype=w.dtype))
     return w.float()
 
 
@@ -41,12 +46,14 @@ class Layout:
         ndim, numel = len(self.shape), self.shape.numel()
         if group_size is not None and (isinstance(group_size, bool) or not isinstance(group_size, numbers.Integral)
                                        or group_size < 1):
-            raise ValueError(f"group_size must be a positive integer or None, got {group_size!r}.")
+            raise ValueError(message("group_size must be a positive integer or None, got {group_size!r}.",
+                                     group_size=group_size))
         group_size = None if group_size is None else int(group_size)
         if axis is not None:
             valid = not isinstance(axis, bool) and isinstance(axis, numbers.Integral)
             if not valid or not -max(ndim, 1) <= axis < max(ndim, 1):
-                raise ValueError(f"axis must be None or an axis of a {ndim}-d tensor, got {axis!r}.")
+                raise ValueError(message("axis must be None or an axis of a {ndim}-d tensor, got {axis!r}.",
+                                         ndim=ndim, axis=axis))
             axis = int(axis) % max(ndim, 1)
         self.axis, self.group_size = axis, group_size
         self.moved = False
@@ -55,8 +62,8 @@ class Layout:
             self.stat_shape: tuple = ()
         elif axis is None:                                      # flat blocks
             if numel % group_size:
-                raise ValueError(f"group_size {group_size} does not divide the {numel} weights: pick a divisor "
-                                 f"of {numel}.")
+                raise ValueError(message("group_size {group_size} does not divide the {numel} weights: pick a "
+                                         "divisor of {numel}.", group_size=group_size, numel=numel))
             self.block = group_size
             self.stat_shape = (numel // group_size,)
         elif group_size is None:                                # one scale per slice along `axis`
@@ -65,11 +72,12 @@ class Layout:
             self.stat_shape = tuple(1 if d == axis else n for d, n in enumerate(self.shape)) if ndim else (1,)
         else:                                                   # groups inside each row
             if ndim and axis != ndim - 1:
-                raise ValueError(f"Groups run along the last axis: use axis=-1 (got axis={axis}).")
+                raise ValueError(message("Groups run along the last axis: use axis=-1 (got axis={axis}).", axis=axis))
             row = self.shape[-1] if ndim else 1
             if row % group_size:
-                raise ValueError(f"group_size {group_size} does not divide the row length {row}: pick a divisor "
-                                 f"of {row}, or axis=None for flat blocks.")
+                raise ValueError(message("group_size {group_size} does not divide the row length {row}: pick a "
+                                         "divisor of {row}, or axis=None for flat blocks.",
+                                         group_size=group_size, row=row))
             self.block = group_size
             self.stat_shape = tuple(self.shape[:-1]) + (row // group_size,)
         self.n_blocks = numel // self.block if self.block else 0
@@ -109,8 +117,9 @@ def _stat_to_blocks(stat: torch.Tensor, shape: torch.Size) -> tuple[torch.Tensor
         return stat.reshape(-1, 1), shape[-1] // stat.shape[-1]
     if stat.ndim == 1 and shape.numel() % stat.numel() == 0:
         return stat.reshape(-1, 1), shape.numel() // stat.numel()
-    raise ValueError(f"A statistic shaped {tuple(stat.shape)} does not match codes shaped {tuple(shape)}: pass the "
-                     f"codes and scales returned by the same quantize call.")
+    raise ValueError(message("A statistic shaped {stat_shape} does not match codes shaped {block_shape}: pass the "
+                             "codes and scales returned by the same quantize call.",
+                             stat_shape=tuple(stat.shape), block_shape=tuple(shape)))
 
 
 def apply_blockwise(q: torch.Tensor, stat: torch.Tensor, fn) -> torch.Tensor:

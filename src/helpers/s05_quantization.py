@@ -1,38 +1,33 @@
 """Weight quantization, section 5 (notebooks/05-weight-quantization.md): each weight in a few bits, plus bookkeeping.
 
-Every scheme in the chapter is the same three moves: cut the tensor into
-*blocks* that share one scale, map each weight to the nearest of a few
-*levels*, keep the level indices (the codes) and the scales. They differ in
-how big a block is (granularity) and where the levels sit.
+Every scheme in the chapter is the same three moves: cut the tensor into *blocks* that share one scale, map each
+weight to the nearest of a few *levels*, keep the level indices (the codes) and the scales. They differ in how big a
+block is (granularity) and where the levels sit.
 
 Granularity (the ``axis`` and ``group_size`` keywords, the same everywhere)
 
 * ``axis=None, group_size=None``: one scale for the whole tensor (per-tensor);
-* ``axis=-1``: one scale per row, i.e. per output channel of a ``Linear`` weight
-  (per-row). ``axis`` is the axis the maximum is taken over, so ``axis=0`` on
-  activations shaped (tokens, dims) gives one scale per dimension;
-* ``axis=-1, group_size=g``: groups of ``g`` consecutive weights inside each
-  row; ``g`` must divide the row;
-* ``axis=None, group_size=g``: blocks of ``g`` consecutive weights of the
-  flattened tensor, the way bitsandbytes and GGUF lay blocks out in memory; ``g``
-  must divide the number of weights. When ``g`` divides the row the two agree
-  exactly. (A row 576 wide, as in SmolLM2's q_proj, is not a multiple of 128: the
-  chapter's "group of 128" therefore uses flat blocks.)
+* ``axis=-1``: one scale per row, i.e. per output channel of a ``Linear`` weight (per-row). ``axis`` is the axis the
+  maximum is taken over, so ``axis=0`` on activations shaped (tokens, dims) gives one scale per dimension;
+* ``axis=-1, group_size=g``: groups of ``g`` consecutive weights inside each row; ``g`` must divide the row;
+* ``axis=None, group_size=g``: blocks of ``g`` consecutive weights of the flattened tensor, the way bitsandbytes and
+  GGUF lay blocks out in memory; ``g`` must divide the number of weights. When ``g`` divides the row the two agree
+  exactly. (A row 576 wide, as in SmolLM2's q_proj, is not a multiple of 128: the chapter's "group of 128" therefore
+  uses flat blocks.)
 
 Schemes
 
-* :func:`absmax_quantize` / :func:`dequantize`: symmetric, integer codes in
-  ``[-2**(bits-1), 2**(bits-1)-1]``, ``w ~ q * scale``, 2 to 8 bits;
-* :func:`asymmetric_quantize`: unsigned codes and an integer zero point,
-  ``w ~ (q - zero_point) * scale``;
-* :func:`nf4_levels`, :func:`nf4_quantize`: NormalFloat4 (QLoRA), 16 levels at
-  quantiles of the normal distribution, absmax-scaled blocks (64 by default);
-* GGML's Q4_1, our reference's format (blocks of 32, ``w ~ q * d + m``, 5 bits per weight), is
-  defined with the other GGUF block formats in :mod:`helpers.s05_gguf`; a :class:`Scheme` of kind ``"q4_1"`` uses it;
+* :func:`absmax_quantize` / :func:`dequantize`: symmetric, integer codes in ``[-2**(bits-1), 2**(bits-1)-1]``,
+  ``w ~ q * scale``, 2 to 8 bits;
+* :func:`asymmetric_quantize`: unsigned codes and an integer zero point, ``w ~ (q - zero_point) * scale``;
+* :func:`nf4_levels`, :func:`nf4_quantize`: NormalFloat4 (QLoRA), 16 levels at quantiles of the normal distribution,
+  absmax-scaled blocks (64 by default);
+* GGML's Q4_1, our reference's format (blocks of 32, ``w ~ q * d + m``, 5 bits per weight), is defined with the
+  other GGUF block formats in :mod:`helpers.s05_gguf`; a :class:`Scheme` of kind ``"q4_1"`` uses it;
 * :func:`bits_per_weight`: the bookkeeping (bytes at those bits: :func:`helpers.infra.model.weight_bytes_at`);
 * :func:`relative_error`: ``||W - W_hat|| / ||W||``;
-* :class:`Scheme`, :func:`projection_weights`, :func:`relative_errors`,
-  :func:`quantized_projections`: apply a scheme to every projection matrix of a model.
+* :class:`Scheme`, :func:`projection_weights`, :func:`relative_errors`, :func:`quantized_projections`: apply a
+  scheme to every projection matrix of a model.
 """
 from __future__ import annotations
 
@@ -44,6 +39,7 @@ from typing import Iterator
 
 import torch
 
+from .infra.messages import message
 from .s05_gguf import Q4_1_BLOCK, q4_1_dequantize, q4_1_quantize
 from .s05_quant_blocks import Layout, apply_blockwise, check_bits, check_weights
 
@@ -124,7 +120,7 @@ def nf4_levels(offset: float = NF4_OFFSET) -> torch.Tensor:
     the largest so they span [-1, 1]. Dense near zero, where most weights are.
     """
     if not 0.5 < offset < 1.0:
-        raise ValueError(f"offset must lie strictly between 0.5 and 1, got {offset}.")
+        raise ValueError(message("offset must lie strictly between 0.5 and 1, got {offset}.", offset=offset))
     pos = torch.special.ndtri(torch.linspace(offset, 0.5, 9, dtype=torch.float64))[:-1]
     neg = -torch.special.ndtri(torch.linspace(offset, 0.5, 8, dtype=torch.float64))[:-1]
     v = torch.cat([neg, torch.zeros(1, dtype=torch.float64), pos]).sort().values
@@ -148,9 +144,10 @@ def codebook_quantize(w: torch.Tensor, levels: torch.Tensor, axis: int | None = 
     w = check_weights(w)
     levels = torch.as_tensor(levels, dtype=torch.float32, device=w.device)
     if levels.ndim != 1 or not 2 <= levels.numel() <= 256:
-        raise ValueError(f"levels must be a 1-d list of 2 to 256 values, got shape {tuple(levels.shape)}.")
+        raise ValueError(message("levels must be a 1-d list of 2 to 256 values, got shape {shape}.",
+                                 shape=tuple(levels.shape)))
     if not torch.all(levels[1:] > levels[:-1]):
-        raise ValueError("levels must be sorted in increasing order with no repeats.")
+        raise ValueError(message("levels must be sorted in increasing order with no repeats."))
     lay = Layout(w.shape, axis, group_size)
     b = lay.to_blocks(w)
     absmax = b.abs().amax(dim=1, keepdim=True)
@@ -196,19 +193,20 @@ def bits_per_weight(bits: int, group_size: int | None = None, scale_bits: int = 
     if group_size is None:
         return float(bits)
     if isinstance(group_size, bool) or not isinstance(group_size, numbers.Integral) or group_size < 1:
-        raise ValueError(f"group_size must be a positive integer or None, got {group_size!r}.")
+        raise ValueError(message("group_size must be a positive integer or None, got {group_size!r}.",
+                                 group_size=group_size))
     return bits + (scale_bits + zero_bits) / group_size
 
 
 def relative_error(w: torch.Tensor, w_hat: torch.Tensor) -> float:
     """``||W - W_hat|| / ||W||`` (Frobenius norms): 0 is perfect, 1 is as bad as replacing W by zeros."""
     if w.shape != w_hat.shape:
-        raise ValueError(f"Shapes differ: {tuple(w.shape)} vs {tuple(w_hat.shape)}; compare a tensor with its own "
-                         f"reconstruction.")
+        raise ValueError(message("Shapes differ: {w_shape} vs {w_hat_shape}; compare a tensor with its own "
+                                 "reconstruction.", w_shape=tuple(w.shape), w_hat_shape=tuple(w_hat.shape)))
     w = w.float()
     norm = torch.linalg.vector_norm(w)
     if norm == 0:
-        raise ValueError("The reference tensor is all zeros, so a relative error is undefined.")
+        raise ValueError(message("The reference tensor is all zeros, so a relative error is undefined."))
     return float(torch.linalg.vector_norm(w - w_hat.float()) / norm)
 
 
@@ -229,9 +227,9 @@ class Scheme:
 
     def __post_init__(self):
         if self.kind not in KINDS:
-            raise ValueError(f"kind must be one of {KINDS}, got {self.kind!r}.")
+            raise ValueError(message("kind must be one of {kinds}, got {kind!r}.", kinds=KINDS, kind=self.kind))
         if self.kind in ("nf4", "q4_1") and self.bits != 4:
-            raise ValueError(f"{self.kind.upper()} is a 4-bit format: set bits to 4.")
+            raise ValueError(message("{kind} is a 4-bit format: set bits to 4.", kind=self.kind.upper()))
         check_bits(self.bits)
 
     def fake_quantize(self, w: torch.Tensor) -> torch.Tensor:
@@ -283,7 +281,7 @@ def projection_weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
         if name.endswith(".weight") and any(f".{proj}." in name for proj in PROJECTIONS):
             out[name] = p.detach()
     if not out:
-        raise ValueError("Found no q/k/v/o/gate/up/down projection weights: is this a Llama-style model?")
+        raise ValueError(message("Found no q/k/v/o/gate/up/down projection weights: is this a Llama-style model?"))
     return out
 
 
@@ -338,13 +336,15 @@ def quantized_projections(model: torch.nn.Module, scheme: Scheme,
 def _check_originals(weights: dict[str, torch.Tensor], originals: dict[str, torch.Tensor]) -> None:
     if set(originals) != set(weights):
         missing = sorted(set(weights) - set(originals)) or sorted(set(originals) - set(weights))
-        raise ValueError(f"originals must hold exactly the model's projection weights; {missing[0]} differs: "
-                         f"build them from projection_weights(model).")
+        raise ValueError(message("originals must hold exactly the model's projection weights; {missing} differs: "
+                                 "build them from projection_weights(model).", missing=missing[0]))
     for name, w in weights.items():
         o = originals[name]
         if o.shape != w.shape or o.dtype != w.dtype:
-            raise ValueError(f"originals[{name!r}] is {tuple(o.shape)} {o.dtype}, the model's weight "
-                             f"{tuple(w.shape)} {w.dtype}: pass copies of the model's own weights.")
+            raise ValueError(message("originals[{name!r}] is {shape} {dtype}, the model's weight {weight_shape} "
+                                     "{weight_dtype}: pass copies of the model's own weights.", name=name,
+                                     shape=tuple(o.shape), dtype=o.dtype, weight_shape=tuple(w.shape),
+                                     weight_dtype=w.dtype))
         if o.untyped_storage().data_ptr() == w.untyped_storage().data_ptr():
-            raise ValueError(f"originals[{name!r}] is the model's own weight, not a copy: quantizing in place "
-                             f"would overwrite it; pass w.clone().")
+            raise ValueError(message("originals[{name!r}] is the model's own weight, not a copy: quantizing in place "
+                                     "would overwrite it; pass w.clone().", name=name))

@@ -24,6 +24,7 @@ from typing import Callable, Iterable
 
 import torch
 
+from .infra.messages import message
 from .s06_outliers import check_ids, dimension_maxima
 from .s05_quantization import absmax_quantize
 
@@ -37,11 +38,11 @@ def token_error(approx: torch.Tensor, exact: torch.Tensor) -> float:
     huge output cannot hide the damage done to every other token: each row counts once.
     """
     if approx.shape != exact.shape or exact.dim() != 2:
-        raise ValueError(f"need two (tokens, features) tensors of one shape, got {tuple(approx.shape)} and "
-                         f"{tuple(exact.shape)}.")
+        raise ValueError(message("need two (tokens, features) tensors of one shape, got {approx_shape} and "
+                                 "{exact_shape}.", approx_shape=tuple(approx.shape), exact_shape=tuple(exact.shape)))
     norms = exact.double().norm(dim=1)
     if (norms == 0).any():
-        raise ValueError("Some rows of the exact result are all zeros; their relative error is undefined.")
+        raise ValueError(message("Some rows of the exact result are all zeros; their relative error is undefined."))
     return float(((approx.double() - exact.double()).norm(dim=1) / norms).mean())
 
 
@@ -53,7 +54,7 @@ def absmax_codes(t: torch.Tensor, per: str) -> tuple[torch.Tensor, torch.Tensor]
     and :func:`integer_matmul` multiplies them in float32 anyway. Scales come back as float64.
     """
     if per not in ("tensor", "row"):
-        raise ValueError(f"per must be 'tensor' or 'row', got {per!r}.")
+        raise ValueError(message("per must be 'tensor' or 'row', got {per!r}.", per=per))
     q, scale = absmax_quantize(t, 8, axis=-1 if per == "row" else None)
     scale = scale.double().reshape(-1, 1) if per == "row" else scale.double().reshape(())
     return q.float(), torch.where(scale > 0, scale, torch.ones_like(scale))   # an all-zero row stays zero
@@ -75,8 +76,8 @@ def integer_matmul(qx: torch.Tensor, qw: torch.Tensor) -> torch.Tensor:
 
 def _check_matmul(x: torch.Tensor, w: torch.Tensor) -> None:
     if x.dim() != 2 or w.dim() != 2 or x.shape[1] != w.shape[1]:
-        raise ValueError(f"need x (tokens, in) and w (out, in) with the same in; got {tuple(x.shape)} and "
-                         f"{tuple(w.shape)}.")
+        raise ValueError(message("need x (tokens, in) and w (out, in) with the same in; got {x_shape} and {w_shape}.",
+                                 x_shape=tuple(x.shape), w_shape=tuple(w.shape)))
 
 
 def int8_matmul(x: torch.Tensor, w: torch.Tensor, x_per: str = "tensor", w_per: str = "tensor") -> torch.Tensor:
@@ -87,7 +88,7 @@ def int8_matmul(x: torch.Tensor, w: torch.Tensor, x_per: str = "tensor", w_per: 
     """
     _check_matmul(x, w)
     if x_per not in ("tensor", "token") or w_per not in ("tensor", "channel"):
-        raise ValueError("x_per must be 'tensor' or 'token' and w_per 'tensor' or 'channel'.")
+        raise ValueError(message("x_per must be 'tensor' or 'token' and w_per 'tensor' or 'channel'."))
     qx, sx = absmax_codes(x, "tensor" if x_per == "tensor" else "row")
     qw, sw = absmax_codes(w, "tensor" if w_per == "tensor" else "row")
     acc = integer_matmul(qx, qw)             # exact integer accumulation
@@ -109,7 +110,7 @@ def weight_only_matmul(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
 def outlier_dimensions(x: torch.Tensor, threshold: float = 6.0) -> torch.Tensor:
     """Input dimensions (columns of x) where any token reaches |x| >= threshold (LLM.int8()'s criterion)."""
     if threshold <= 0:
-        raise ValueError(f"threshold must be positive, got {threshold}.")
+        raise ValueError(message("threshold must be positive, got {threshold}.", threshold=threshold))
     return (x.abs().amax(dim=0) >= threshold).nonzero().flatten()
 
 
@@ -138,9 +139,10 @@ def smooth_scales(x_max: torch.Tensor, w: torch.Tensor, alpha: float = 0.5) -> t
     maximum 1 (all difficulty in the weights), alpha = 0 flattens the weight columns instead.
     """
     if not 0.0 <= alpha <= 1.0:
-        raise ValueError(f"alpha must be between 0 and 1, got {alpha}.")
+        raise ValueError(message("alpha must be between 0 and 1, got {alpha}.", alpha=alpha))
     if x_max.dim() != 1 or x_max.shape[0] != w.shape[1]:
-        raise ValueError(f"x_max must hold one maximum per input channel ({w.shape[1]}), got {tuple(x_max.shape)}.")
+        raise ValueError(message("x_max must hold one maximum per input channel ({inputs}), got {x_max_shape}.",
+                                 inputs=w.shape[1], x_max_shape=tuple(x_max.shape)))
     w_max = w.abs().amax(dim=0)
     s = x_max.double().clamp_min(1e-5) ** alpha / w_max.double().clamp_min(1e-5) ** (1 - alpha)
     return s.clamp_min(1e-5)
@@ -182,7 +184,8 @@ def emulated_linears(model, scheme: str, names: Iterable[str] | None = None,
     only after the layer had computed its fp32 product for nothing.
     """
     if scheme not in MATMULS:
-        raise ValueError(f"scheme must be one of {list(MATMULS)}, got {scheme!r}.")
+        raise ValueError(message("scheme must be one of {matmuls}, got {scheme!r}.",
+                                 matmuls=list(MATMULS), scheme=scheme))
     fn = MATMULS[scheme]
     wanted = None if names is None else set(names)
 
@@ -216,8 +219,8 @@ def quantize_linears_dynamic(model, names: Iterable[str], inplace: bool = False)
     names = set(names)
     linear = {n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
     if not names <= linear:
-        raise ValueError(f"{len(names - linear)} names are not nn.Linear modules of this model (already "
-                         "quantized, or misspelt); pass names from model.named_modules().")
+        raise ValueError(message("{count} names are not nn.Linear modules of this model (already quantized, or "
+                                 "misspelt); pass names from model.named_modules().", count=len(names - linear)))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # torch.ao.quantization announces its move to torchao
         from torch.ao.quantization import default_dynamic_qconfig, quantize_dynamic
@@ -238,7 +241,7 @@ def dynamic_activation_bits(module) -> int:
     x86 and fbgemm engines honour by using 7-bit activation codes; other engines use 8.
     """
     if not hasattr(module, "_packed_params"):
-        raise ValueError("pass a dynamically quantized linear layer (see quantize_linears_dynamic).")
+        raise ValueError(message("pass a dynamically quantized linear layer (see quantize_linears_dynamic)."))
     reduced = (getattr(module, "version", None) or 0) >= 4
     return 7 if reduced and torch.backends.quantized.engine in ("x86", "fbgemm") else 8
 
@@ -255,7 +258,8 @@ def teacher_forced_logprobs(model, prompt_ids: torch.Tensor, continuation: torch
     """
     check_ids(prompt_ids)
     if continuation.dim() != 2 or continuation.shape[0] != 1 or continuation.shape[1] < 1:
-        raise ValueError(f"continuation must be shaped (1, n) with n >= 1, got {tuple(continuation.shape)}.")
+        raise ValueError(message("continuation must be shaped (1, n) with n >= 1, got {shape}.",
+                                 shape=tuple(continuation.shape)))
     logits = model(torch.cat([prompt_ids, continuation], dim=1), use_cache=False).logits[0]
     return torch.log_softmax(logits[prompt_ids.shape[1] - 1:-1].float(), dim=-1)
 
@@ -268,8 +272,9 @@ def compare_next_tokens(reference: torch.Tensor, test: torch.Tensor) -> tuple[to
     Returns (same: bool (...), kl: (...)).
     """
     if reference.shape != test.shape:
-        raise ValueError(f"Reference log-probs {tuple(reference.shape)} and test log-probs {tuple(test.shape)} must "
-                         f"cover the same positions: compute both on the same text.")
+        raise ValueError(message("Reference log-probs {reference_shape} and test log-probs {test_shape} must cover "
+                                 "the same positions: compute both on the same text.",
+                                 reference_shape=tuple(reference.shape), test_shape=tuple(test.shape)))
     same = reference.argmax(-1) == test.argmax(-1)
     kl = (reference.exp() * (reference - test)).sum(-1).clamp(min=0)
     return same, kl

@@ -28,6 +28,7 @@ from typing import Iterable
 import torch
 
 from .infra.model import decoder_layers
+from .infra.messages import message
 from .s05_quantization import absmax_quantize
 
 # --------------------------------------------------------------------------- capturing
@@ -35,7 +36,8 @@ from .s05_quantization import absmax_quantize
 
 def check_ids(ids: torch.Tensor) -> None:
     if ids.dim() != 2 or ids.shape[0] != 1 or ids.shape[1] < 1:
-        raise ValueError(f"ids must be one sequence shaped (1, tokens), got shape {tuple(ids.shape)}.")
+        raise ValueError(message("ids must be one sequence shaped (1, tokens), got shape {shape}.",
+                                 shape=tuple(ids.shape)))
 
 
 @torch.inference_mode()
@@ -86,8 +88,8 @@ def linear_inputs(model, ids: torch.Tensor, names: Iterable[str] | None = None) 
     if wanted is not None and len(hooks) != len(wanted):
         for h in hooks:
             h.remove()
-        raise ValueError("Some requested names are not nn.Linear modules of this model; list them with "
-                         "[n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)].")
+        raise ValueError(message("Some requested names are not nn.Linear modules of this model; list them with [n "
+                                 "for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)]."))
     head = model.get_output_embeddings()
     keep = {} if any(m is head for m in hooked) else {"logits_to_keep": 1}
     try:
@@ -108,7 +110,7 @@ def attention_to_first_token(model, ids: torch.Tensor) -> torch.Tensor:
     """
     check_ids(ids)
     if ids.shape[1] < 2:
-        raise ValueError("Need at least two tokens to measure attention to the first one.")
+        raise ValueError(message("Need at least two tokens to measure attention to the first one."))
     before = model.config._attn_implementation
     model.set_attn_implementation("eager")
     try:
@@ -124,14 +126,16 @@ def attention_to_first_token(model, ids: torch.Tensor) -> torch.Tensor:
 def dimension_maxima(h: torch.Tensor) -> torch.Tensor:
     """Largest |value| each hidden dimension reaches over the tokens: (..., tokens, hidden) -> (..., hidden)."""
     if h.dim() < 2 or h.shape[-2] == 0:
-        raise ValueError(f"h must be shaped (..., tokens, hidden) with at least one token, got {tuple(h.shape)}.")
+        raise ValueError(message("h must be shaped (..., tokens, hidden) with at least one token, got {shape}.",
+                                 shape=tuple(h.shape)))
     return h.abs().amax(dim=-2)
 
 
 def top_dimensions(maxima: torch.Tensor, k: int = 3) -> tuple[torch.Tensor, torch.Tensor]:
     """The ``k`` largest per-dimension maxima of each row: returns (values, dimensions), each (..., k)."""
     if not 1 <= k <= maxima.shape[-1]:
-        raise ValueError(f"k must be between 1 and the hidden size {maxima.shape[-1]}, got {k}.")
+        raise ValueError(message("k must be between 1 and the hidden size {hidden}, got {k}.",
+                                 hidden=maxima.shape[-1], k=k))
     top = maxima.topk(k, dim=-1)
     return top.values, top.indices
 
@@ -139,7 +143,8 @@ def top_dimensions(maxima: torch.Tensor, k: int = 3) -> tuple[torch.Tensor, torc
 def log2_bin_edges(max_value: float) -> list[float]:
     """Bin edges 0, 1, 2, 4, ... up to the first power of two above ``max_value`` (at least [0, 1])."""
     if not math.isfinite(max_value) or max_value < 0:
-        raise ValueError(f"max_value must be a finite non-negative number, got {max_value}.")
+        raise ValueError(message("max_value must be a finite non-negative number, got {max_value}.",
+                                 max_value=max_value))
     top = max(0, math.floor(math.log2(max_value)) + 1) if max_value >= 1 else 0
     return [0.0] + [float(2 ** e) for e in range(0, top + 1)]
 
@@ -151,13 +156,13 @@ def log2_histogram(values: torch.Tensor, edges: list[float] | None = None) -> tu
     """
     v = values.detach().flatten().double()
     if v.numel() == 0:
-        raise ValueError("log2_histogram needs at least one value.")
+        raise ValueError(message("log2_histogram needs at least one value."))
     if (v < 0).any() or not torch.isfinite(v).all():
-        raise ValueError("log2_histogram bins magnitudes: pass non-negative finite values (e.g. h.abs()).")
+        raise ValueError(message("log2_histogram bins magnitudes: pass non-negative finite values (e.g. h.abs())."))
     if edges is None:
         edges = log2_bin_edges(float(v.max()))
     if len(edges) < 2 or v.max() >= edges[-1]:
-        raise ValueError(f"the edges must end above the largest value {float(v.max()):g}.")
+        raise ValueError(message("the edges must end above the largest value {largest:g}.", largest=float(v.max())))
     idx = torch.bucketize(v, torch.tensor(edges[1:], dtype=torch.float64), right=True)
     counts = torch.bincount(idx, minlength=len(edges) - 1)
     return list(edges), [int(c) for c in counts]
@@ -173,7 +178,7 @@ def octave_labels(edges: list[float]) -> list[str]:
 def median_bin(counts: list[int]) -> int:
     """Index of the bin that holds the median value: the first bin where the running count reaches half."""
     if not counts or min(counts) < 0 or sum(counts) == 0:
-        raise ValueError("counts must be non-negative bin counts with at least one value.")
+        raise ValueError(message("counts must be non-negative bin counts with at least one value."))
     half, run = sum(counts) / 2, 0
     for i, n in enumerate(counts):
         run += n
@@ -190,7 +195,8 @@ def empty_octaves_below_top(edges: list[float], counts: list[int]) -> float:
     0 when the two are neighbours or only one bin is occupied.
     """
     if len(edges) != len(counts) + 1:
-        raise ValueError(f"need one more edge than counts, got {len(edges)} edges and {len(counts)} counts.")
+        raise ValueError(message("need one more edge than counts, got {edges} edges and {counts} counts.",
+                                 edges=len(edges), counts=len(counts)))
     occupied = [i for i, c in enumerate(counts) if c]
     if len(occupied) < 2:
         return 0.0
@@ -207,7 +213,7 @@ def dissect_input(x: torch.Tensor, bar: float = 10.0) -> dict:
     carried by those tokens.
     """
     if x.dim() != 2 or x.numel() == 0:
-        raise ValueError(f"x must be a non-empty (tokens, in) tensor, got shape {tuple(x.shape)}.")
+        raise ValueError(message("x must be a non-empty (tokens, in) tensor, got shape {shape}.", shape=tuple(x.shape)))
     a = x.abs()
     m = a.amax(dim=0)
     dim = int(m.argmax())
@@ -218,14 +224,15 @@ def dissect_input(x: torch.Tensor, bar: float = 10.0) -> dict:
 def levels_used(codes: torch.Tensor) -> int:
     """How many distinct integer levels a quantized tensor actually uses (out of 256 for INT8)."""
     if codes.numel() == 0:
-        raise ValueError("levels_used needs a non-empty tensor of codes.")
+        raise ValueError(message("levels_used needs a non-empty tensor of codes."))
     return int(torch.unique(codes).numel())
 
 
 def levels_per_dimension(codes: torch.Tensor) -> torch.Tensor:
     """Distinct levels used by each column (hidden dimension) of codes shaped (tokens, hidden)."""
     if codes.dim() != 2 or codes.numel() == 0:
-        raise ValueError(f"codes must be a non-empty (tokens, hidden) tensor, got shape {tuple(codes.shape)}.")
+        raise ValueError(message("codes must be a non-empty (tokens, hidden) tensor, got shape {shape}.",
+                                 shape=tuple(codes.shape)))
     s, _ = codes.sort(dim=0)
     return 1 + (s[1:] != s[:-1]).sum(dim=0)
 
@@ -237,9 +244,10 @@ def exclude_top_dimensions(h: torch.Tensor, k: int) -> dict:
     excluded columns set to 0}. ``k = 0`` is plain per-tensor INT8.
     """
     if h.dim() != 2:
-        raise ValueError(f"h must be (tokens, hidden), got shape {tuple(h.shape)}.")
+        raise ValueError(message("h must be (tokens, hidden), got shape {shape}.", shape=tuple(h.shape)))
     if not 0 <= k < h.shape[1]:
-        raise ValueError(f"k must be between 0 and {h.shape[1] - 1} (hidden size minus one), got {k}.")
+        raise ValueError(message("k must be between 0 and {largest} (hidden size minus one), got {k}.",
+                                 largest=h.shape[1] - 1, k=k))
     excluded = dimension_maxima(h).topk(k).indices if k else torch.empty(0, dtype=torch.long)
     keep = torch.ones(h.shape[1], dtype=torch.bool)
     keep[excluded] = False

@@ -17,6 +17,7 @@ from typing import Sequence
 import torch
 
 from .infra.model import chat_prompt
+from .infra.messages import message
 from .s07_batched import can_share_prefix, last_logits_only, left_padded, pad_id_of, padded_prefill, prefix_padded
 from . import s01_kv_cache as kv_cache
 
@@ -27,10 +28,12 @@ def load_battery(path: str | Path | None = None) -> list[dict]:
     """The questions and accepted answers from ``data/battery.json``."""
     p = Path(path) if path is not None else BATTERY_FILE
     if not p.is_file():
-        raise ValueError(f"The battery file {p} is missing: restore data/battery.json from the project's checkout.")
+        raise ValueError(message("The battery file {path} is missing: restore data/battery.json from the project's "
+                                 "checkout.", path=p))
     items = json.loads(p.read_text(encoding="utf-8"))
     if not items or not all(isinstance(i.get("question"), str) and i.get("answers") for i in items):
-        raise ValueError(f"{p} must be a non-empty list of {{'question': ..., 'answers': [...]}} entries.")
+        raise ValueError(message("{path} must be a non-empty list of {{'question': ..., 'answers': [...]}} entries.",
+                                 path=p))
     return items
 
 
@@ -72,12 +75,12 @@ def greedy_with_penalties(model, ids: torch.Tensor, mask: torch.Tensor, penaltie
     """
     r, b = len(penalties), ids.shape[0]
     if shared and not can_share_prefix(model):
-        raise ValueError("This model has sliding-window layers, which cannot share a prefix across padded rows: "
-                         "pass shared=0 with a left-padded batch.")
+        raise ValueError(message("This model has sliding-window layers, which cannot share a prefix across padded "
+                                 "rows: pass shared=0 with a left-padded batch."))
     if shared and not (bool((ids[:, :shared] == ids[:1, :shared]).all()) and bool(mask[:, :shared].all())
                        and 0 < shared < ids.shape[1]):
-        raise ValueError(f"The first {shared} columns are not the same unpadded tokens in every row: build the "
-                         f"batch with prefix_padded.")
+        raise ValueError(message("The first {shared} columns are not the same unpadded tokens in every row: build "
+                                 "the batch with prefix_padded.", shared=shared))
     pos = (mask.cumsum(-1) - 1).clamp(min=0)
     logits, cache = padded_prefill(model, ids, mask, shared, **last_logits_only(model))
     penalty = torch.tensor(list(penalties), dtype=torch.float32).repeat_interleave(b)
@@ -112,7 +115,8 @@ def run_battery(model, tokenizer, battery: Sequence[dict], penalties: Sequence[f
     where every layer attends to the whole context (:func:`can_share_prefix`).
     """
     if not penalties or any(not p > 0 for p in penalties):
-        raise ValueError(f"Repetition penalties must be positive numbers (1.0 means off), got {list(penalties)}.")
+        raise ValueError(message("Repetition penalties must be positive numbers (1.0 means off), got {penalties}.",
+                                 penalties=list(penalties)))
     prompts = [chat_prompt(tokenizer, b["question"]) for b in battery]
     if can_share_prefix(model):
         ids, mask, shared = prefix_padded(prompts, pad_id_of(tokenizer))

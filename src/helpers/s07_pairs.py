@@ -19,6 +19,7 @@ from typing import Mapping, Sequence
 import plotly.graph_objects as go
 import torch
 
+from .infra.messages import message
 from .s07_quality import Agreement, PairedDifference, Perplexity, paired_difference, wilson
 
 
@@ -46,9 +47,11 @@ def compare(ppl: Mapping[str, Perplexity], agr: Mapping[str, Agreement], block: 
     """
     names = list(ppl)
     if set(names) != set(agr):
-        raise ValueError(f"Perplexity and agreement must cover the same schemes, got {names} and {list(agr)}.")
+        raise ValueError(message("Perplexity and agreement must cover the same schemes, got {names} and {agreements}.",
+                                 names=names, agreements=list(agr)))
     if any(ppl[k].per_token is None for k in names):
-        raise ValueError("Pass perplexities that keep each token's NLL (per_token), as quality.perplexity does.")
+        raise ValueError(message("Pass perplexities that keep each token's NLL (per_token), as quality.perplexity "
+                                 "does."))
     hits = {k: torch.tensor(agr[k].per_position, dtype=torch.float64) for k in names}
     out = []
     for i, a in enumerate(names):

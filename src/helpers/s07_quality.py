@@ -22,6 +22,7 @@ from typing import Iterator, Sequence
 import torch
 
 from . import s05_quantization as Q
+from .infra.messages import message
 from .s06_int8_matmuls import compare_next_tokens
 from .s07_batched import can_share_prefix, greedy_batch, last_logits_only, padded_prefill, prefix_padded, \
     shared_prefix_length
@@ -57,17 +58,19 @@ def student_scheme(bits: int, granularity: str | int, model: torch.nn.Module | N
     With ``model`` given, checks up front that the block size divides every projection matrix.
     """
     if isinstance(bits, bool) or not isinstance(bits, int) or not 2 <= bits <= 8:
-        raise ValueError(f"bits must be a whole number from 2 to 8, got {bits!r}.")
+        raise ValueError(message("bits must be a whole number from 2 to 8, got {bits!r}.", bits=bits))
     if granularity in ("tensor", "row"):
         axis, group = (None, None) if granularity == "tensor" else (-1, None)
         return Q.Scheme(f"int{bits} per-{granularity}", "absmax", bits, axis, group)
     if isinstance(granularity, bool) or not isinstance(granularity, int) or granularity < 2:
-        raise ValueError(f"The group size must be 'tensor', 'row' or a whole number of weights, got {granularity!r}.")
+        raise ValueError(message("The group size must be 'tensor', 'row' or a whole number of weights, got "
+                                 "{granularity!r}.", granularity=granularity))
     if model is not None:
         bad = [n for n, w in Q.projection_weights(model).items() if w.numel() % granularity]
         if bad:
-            raise ValueError(f"A group of {granularity} weights does not divide {bad[0]}: pick one of "
-                             f"{', '.join(str(g) for g in GRANULARITIES)}.")
+            raise ValueError(message("A group of {granularity} weights does not divide {weight}: pick one of {sizes}.",
+                                     granularity=granularity, weight=bad[0],
+                                     sizes=", ".join(str(g) for g in GRANULARITIES)))
     return Q.Scheme(f"int{bits} group-{granularity}", "absmax", bits, None, granularity)
 
 
@@ -163,7 +166,8 @@ def perplexity_from_logits(logits: torch.Tensor, ids: torch.Tensor, n_bytes: int
     """
     _check_span(ids, n_bytes)
     if logits.ndim != 3 or logits.shape[:2] != ids.shape:
-        raise ValueError(f"Pass the logits of these ids, shaped (1, {ids.shape[1]}, vocab), got {tuple(logits.shape)}.")
+        raise ValueError(message("Pass the logits of these ids, shaped (1, {tokens}, vocab), got {shape}.",
+                                 tokens=ids.shape[1], shape=tuple(logits.shape)))
     per_token = token_nlls(logits, ids)
     nll, t = float(per_token.mean()), per_token.numel()
     se = float(per_token.std() / math.sqrt(t)) if t > 1 else 0.0
@@ -173,9 +177,11 @@ def perplexity_from_logits(logits: torch.Tensor, ids: torch.Tensor, n_bytes: int
 
 def _check_span(ids: torch.Tensor, n_bytes: int) -> None:
     if ids.ndim != 2 or ids.shape[0] != 1 or ids.shape[1] < 2:
-        raise ValueError(f"Pass one span of at least 2 token ids shaped (1, T), got {tuple(ids.shape)}.")
+        raise ValueError(message("Pass one span of at least 2 token ids shaped (1, T), got {shape}.",
+                                 shape=tuple(ids.shape)))
     if n_bytes < 1:
-        raise ValueError(f"n_bytes must be the positive byte length of the predicted text, got {n_bytes}.")
+        raise ValueError(message("n_bytes must be the positive byte length of the predicted text, got {n_bytes}.",
+                                 n_bytes=n_bytes))
 
 
 # --------------------------------------------------------------------------- intervals
@@ -184,7 +190,7 @@ def _check_span(ids: torch.Tensor, n_bytes: int) -> None:
 def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
     """The Wilson score interval (95 % by default) for k successes in n trials."""
     if n < 1 or not 0 <= k <= n:
-        raise ValueError(f"Need 0 <= k <= n and n >= 1, got k={k}, n={n}.")
+        raise ValueError(message("Need 0 <= k <= n and n >= 1, got k={k}, n={n}.", k=k, n=n))
     p = k / n
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
@@ -213,10 +219,12 @@ def paired_difference(a: torch.Tensor, b: torch.Tensor, block: int = 16, resampl
     correlated, so the bootstrap resamples runs of ``block`` consecutive differences, not single ones.
     """
     if a.shape != b.shape:
-        raise ValueError(f"Paired values must cover the same tokens: got shapes {tuple(a.shape)} and {tuple(b.shape)}.")
+        raise ValueError(message("Paired values must cover the same tokens: got shapes {a_shape} and {b_shape}.",
+                                 a_shape=tuple(a.shape), b_shape=tuple(b.shape)))
     d = (a.double() - b.double()).flatten()
     if d.numel() < 2 * block:
-        raise ValueError(f"Need at least {2 * block} paired values for blocks of {block}, got {d.numel()}.")
+        raise ValueError(message("Need at least {needed} paired values for blocks of {block}, got {got}.",
+                                 needed=2 * block, block=block, got=d.numel()))
     means = d[: d.numel() // block * block].reshape(-1, block).mean(1)
     gen = torch.Generator().manual_seed(seed)
     picks = torch.randint(len(means), (resamples, len(means)), generator=gen)
@@ -249,7 +257,8 @@ def reference_positions(model, tokenizer, prompts: Sequence[str] = AGREEMENT_PRO
                         n_positions: int = 144) -> Positions:
     """Generate ``n_positions / len(prompts)`` greedy tokens per prompt from the reference (batched)."""
     if not prompts or n_positions < len(prompts) or n_positions % len(prompts):
-        raise ValueError(f"n_positions ({n_positions}) must be a positive multiple of the {len(prompts)} prompts.")
+        raise ValueError(message("n_positions ({n_positions}) must be a positive multiple of the {prompts} prompts.",
+                                 n_positions=n_positions, prompts=len(prompts)))
     seq, mask, width = greedy_batch(model, tokenizer, list(prompts), n_positions // len(prompts), force_length=True)
     return Positions(seq, mask, width, list(prompts))
 
@@ -305,8 +314,9 @@ def agreement(reference, test_model, positions: Positions) -> Agreement:
     ref = reference if isinstance(reference, torch.Tensor) else next_token_logprobs(reference, positions)
     test = test_model if isinstance(test_model, torch.Tensor) else next_token_logprobs(test_model, positions)
     if ref.shape != test.shape:
-        raise ValueError(f"Reference log-probs {tuple(ref.shape)} do not match these positions {tuple(test.shape)}: "
-                         f"compute them with next_token_logprobs on the same positions.")
+        raise ValueError(message("Reference log-probs {ref_shape} do not match these positions {test_shape}: compute "
+                                 "them with next_token_logprobs on the same positions.",
+                                 ref_shape=tuple(ref.shape), test_shape=tuple(test.shape)))
     same, kl = compare_next_tokens(ref, test)
     same = same.reshape(-1)
     k, n = int(same.sum()), same.numel()

@@ -41,6 +41,7 @@ from . import s05_quantization as Q
 from . import s07_quality as quality
 from .infra.measure import interleaved_medians, now
 from .infra.model import decoder_layers
+from .infra.messages import message
 from .s08_speculative import processed, speculative_generate
 
 try:                 # transformers' switch that skips the random initialisation of a new model
@@ -110,7 +111,8 @@ class PromptLookupDraft:
 
     def __init__(self, vocab: int, max_ngram: int = 3, min_ngram: int = 1):
         if not 1 <= min_ngram <= max_ngram:
-            raise ValueError(f"need 1 <= min_ngram <= max_ngram, got {min_ngram} and {max_ngram}.")
+            raise ValueError(message("need 1 <= min_ngram <= max_ngram, got {min_ngram} and {max_ngram}.",
+                                     min_ngram=min_ngram, max_ngram=max_ngram))
         self.vocab, self.max_ngram, self.min_ngram = vocab, max_ngram, min_ngram
         self.forwards = 0
 
@@ -185,8 +187,9 @@ def decoding_agreement(reference_logprobs: torch.Tensor, draft: ModelDraft,
     """
     seq, mask, n = positions.sequences, positions.attention_mask, positions.n_new
     if reference_logprobs.shape[:2] != (seq.shape[0], n):
-        raise ValueError(f"reference_logprobs {tuple(reference_logprobs.shape)} do not cover these positions: "
-                         "compute them with helpers.s07_quality.next_token_logprobs on the same positions.")
+        raise ValueError(message("reference_logprobs {shape} do not cover these positions: compute them with "
+                                 "helpers.s07_quality.next_token_logprobs on the same positions.",
+                                 shape=tuple(reference_logprobs.shape)))
     choice = reference_logprobs.argmax(-1).tolist()
     same = []
     for i in range(seq.shape[0]):
@@ -241,8 +244,8 @@ def race(target, drafts: dict, prompt_ids: torch.Tensor, n_new: int, gamma: int,
     """
     unknown = set(again) - set(drafts)
     if unknown or repeats < 1:
-        raise ValueError(f"again must name drafts of the race and repeats be at least 1, got {sorted(unknown)} "
-                         f"and {repeats}.")
+        raise ValueError(message("again must name drafts of the race and repeats be at least 1, got {unknown} and "
+                                 "{repeats}.", unknown=sorted(unknown), repeats=repeats))
     first, stats = {}, {}
 
     def plain():
@@ -275,7 +278,8 @@ def assisted_runs(target, assistant, prompt_ids: torch.Tensor, n_new: int, gamma
     """
     settings = assistant.generation_config
     if settings is target.generation_config:
-        raise ValueError("the assistant shares the target's generation_config: give it a copy (copy.deepcopy) first.")
+        raise ValueError(message("the assistant shares the target's generation_config: give it a copy "
+                                 "(copy.deepcopy) first."))
     settings.num_assistant_tokens, settings.num_assistant_tokens_schedule = gamma, "constant"
     settings.assistant_confidence_threshold = 0.0
     out = {}
@@ -299,7 +303,8 @@ def student_from_teacher(teacher: torch.nn.Module, keep: Sequence[int]) -> torch
     n = teacher.config.num_hidden_layers
     keep = list(keep)
     if not keep or sorted(set(keep)) != keep or not 0 <= keep[0] <= keep[-1] < n:
-        raise ValueError(f"keep must be increasing layer indices between 0 and {n - 1}, got {keep}.")
+        raise ValueError(message("keep must be increasing layer indices between 0 and {last}, got {keep}.",
+                                 last=n - 1, keep=keep))
     cfg = copy.deepcopy(teacher.config)
     cfg.num_hidden_layers = len(keep)
     if isinstance(getattr(cfg, "layer_types", None), list):

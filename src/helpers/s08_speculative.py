@@ -19,6 +19,7 @@ import torch
 
 from . import s01_kv_cache as kc
 from .infra.measure import interleaved_medians, now
+from .infra.messages import message
 
 # --------------------------------------------------------------------------- the arithmetic
 
@@ -26,11 +27,12 @@ from .infra.measure import interleaved_medians, now
 def check_params(alpha: float, gamma: int, c: float | None = None) -> None:
     """Raise ``ValueError`` (one sentence) for an α outside [0, 1), a γ below 1, or a c that is not positive."""
     if not 0 <= alpha < 1:
-        raise ValueError(f"alpha must be in [0, 1) (an acceptance rate below certainty), got {alpha}.")
+        raise ValueError(message("alpha must be in [0, 1) (an acceptance rate below certainty), got {alpha}.",
+                                 alpha=alpha))
     if isinstance(gamma, bool) or int(gamma) != gamma or gamma < 1:
-        raise ValueError(f"gamma must be a whole number of draft tokens, at least 1, got {gamma}.")
+        raise ValueError(message("gamma must be a whole number of draft tokens, at least 1, got {gamma}.", gamma=gamma))
     if c is not None and not c > 0:
-        raise ValueError(f"c (draft cost per token as a fraction of a target step) must be > 0, got {c}.")
+        raise ValueError(message("c (draft cost per token as a fraction of a target step) must be > 0, got {c}.", c=c))
 
 
 def expected_tokens(alpha: float, gamma: int) -> float:
@@ -71,12 +73,12 @@ def check_distributions(p: torch.Tensor, q: torch.Tensor) -> None:
     negative, each summing to 1. Without this a NaN compares false and is silently never accepted."""
     for name, d in (("p (the target)", p), ("q (the draft)", q)):
         if not torch.isfinite(d).all() or (d < 0).any() or abs(float(d.sum()) - 1) > 1e-3:
-            raise ValueError(f"{name} must be a probability distribution (finite, non-negative, summing to 1); "
-                             f"it has {int((~torch.isfinite(d)).sum())} NaN or infinite entries and sums to "
-                             f"{float(d.nansum()):.4g}.")
+            raise ValueError(message("{name} must be a probability distribution (finite, non-negative, summing to "
+                                     "1); it has {bad} NaN or infinite entries and sums to {total:.4g}.",
+                                     name=name, bad=int((~torch.isfinite(d)).sum()), total=float(d.nansum())))
     if p.shape != q.shape:
-        raise ValueError(f"p and q must be distributions over the same vocabulary, got {tuple(p.shape)} and "
-                         f"{tuple(q.shape)}.")
+        raise ValueError(message("p and q must be distributions over the same vocabulary, got {p_shape} and "
+                                 "{q_shape}.", p_shape=tuple(p.shape), q_shape=tuple(q.shape)))
 
 
 def accept_token(p: torch.Tensor, q: torch.Tensor, x: int, generator: torch.Generator | None = None,
@@ -131,11 +133,14 @@ def processed(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None 
     With ``top_k=None`` it is the teacher's soft labels of section 9: T > 1 flattens the distribution, T < 1
     sharpens it. Computed in float32 at least (float64 logits stay float64)."""
     if not temperature > 0:
-        raise ValueError(f"temperature must be > 0 (use greedy decoding for T = 0), got {temperature}.")
+        raise ValueError(message("temperature must be > 0 (use greedy decoding for T = 0), got {temperature}.",
+                                 temperature=temperature))
     if top_k is not None and (isinstance(top_k, bool) or int(top_k) != top_k or top_k < 1):
-        raise ValueError(f"top_k must be a whole number of tokens, at least 1 (or None for all), got {top_k!r}.")
+        raise ValueError(message("top_k must be a whole number of tokens, at least 1 (or None for all), got "
+                                 "{top_k!r}.", top_k=top_k))
     if torch.isnan(logits).any():
-        raise ValueError("the logits contain NaN: the model's output is broken, so there is no distribution to draw from.")
+        raise ValueError(message("the logits contain NaN: the model's output is broken, so there is no distribution "
+                                 "to draw from."))
     z = logits.to(torch.promote_types(logits.dtype, torch.float32)) / temperature   # fp64 stays fp64
     if top_k is not None and top_k < z.shape[-1]:
         cut = z.topk(top_k, dim=-1).values[..., -1:]
@@ -190,12 +195,13 @@ def predicted(stats: dict, gamma: int, c: float, v: float) -> dict:
 
 def _check_inputs(draft, prompt_ids: torch.Tensor, n_new: int, gamma: int) -> None:
     if not all(callable(getattr(draft, m, None)) for m in ("start", "propose", "commit")):
-        raise ValueError("draft must have the draft protocol (start, propose, commit): wrap a model in "
-                         "helpers.s08_drafts.ModelDraft.")
+        raise ValueError(message("draft must have the draft protocol (start, propose, commit): wrap a model in "
+                                 "helpers.s08_drafts.ModelDraft."))
     if prompt_ids.dim() != 2 or prompt_ids.shape[0] != 1 or prompt_ids.shape[1] < 1:
-        raise ValueError(f"prompt_ids must be one non-empty sequence shaped (1, tokens), got {tuple(prompt_ids.shape)}.")
+        raise ValueError(message("prompt_ids must be one non-empty sequence shaped (1, tokens), got {shape}.",
+                                 shape=tuple(prompt_ids.shape)))
     if isinstance(n_new, bool) or not isinstance(n_new, int) or n_new < 1:
-        raise ValueError(f"n_new must be a positive whole number of tokens, got {n_new!r}.")
+        raise ValueError(message("n_new must be a positive whole number of tokens, got {n_new!r}.", n_new=n_new))
     check_params(0.0, gamma)
 
 
@@ -259,7 +265,7 @@ def steps_in_turn(models: dict, prompt_ids: torch.Tensor, ks, repeats: int = 3, 
     least disturbed run: other programs can only add time. v(k) of the formula is ``t[k] / t[1]``.
     """
     if not all(isinstance(k, int) and not isinstance(k, bool) and k >= 1 for k in ks):
-        raise ValueError(f"each k must be a whole number of new tokens, at least 1, got {list(ks)}.")
+        raise ValueError(message("each k must be a whole number of new tokens, at least 1, got {ks}.", ks=list(ks)))
 
     def step(model, k):
         _, cache = kc.forward(model, prompt_ids, cache=kc.rollback_cache(model))     # a cache that can be cut
@@ -318,7 +324,8 @@ def held_out_prediction(per_prompt, gamma: int) -> list[dict]:
     predicted_for (the prompts' numbers), alpha, predicted, measured.
     """
     if len(per_prompt) < 2:
-        raise ValueError(f"need at least 2 prompts to hold half of them out, got {len(per_prompt)}.")
+        raise ValueError(message("need at least 2 prompts to hold half of them out, got {prompts}.",
+                                 prompts=len(per_prompt)))
     halves = [list(range(0, len(per_prompt), 2)), list(range(1, len(per_prompt), 2))]
 
     def pooled(rows):

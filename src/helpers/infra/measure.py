@@ -23,7 +23,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 from .controls import is_static
-from .messages import catalog, edition
+from .messages import catalog, edition, message
 
 
 @dataclass
@@ -71,9 +71,10 @@ def interleaved_medians(cases: Mapping[object, Callable[[], object]], repeats: i
     machine. ``rounds`` may wrap the rounds' range, for example in :func:`progress`.
     """
     if not cases:
-        raise ValueError("interleaved_medians needs at least one case to time.")
+        raise ValueError(message("interleaved_medians needs at least one case to time."))
     if repeats < 1 or warmup < 0:
-        raise ValueError(f"repeats must be >= 1 and warmup >= 0, got {repeats} and {warmup}.")
+        raise ValueError(message("repeats must be >= 1 and warmup >= 0, got {repeats} and {warmup}.",
+                                 repeats=repeats, warmup=warmup))
     times: dict[object, list[float]] = {k: [] for k in cases}
     all_rounds = range(warmup + repeats)
     for r in (rounds(all_rounds) if rounds else all_rounds):

