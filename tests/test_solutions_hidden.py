@@ -27,6 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]-*.md"))
 EXECUTED = SITE.parent / "jupyter_execute"
 WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]{5,}")
+ANY_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")      # a short word ("fine") shares a stem with a long one ("finely")
 
 
 def solution_only_words() -> dict[str, set[str]]:
@@ -38,10 +39,10 @@ def solution_only_words() -> dict[str, set[str]]:
     for source in [*NOTEBOOKS, *(ROOT / "book").glob("*.md")]:
         if source.parent.name == "notebooks":
             nb = jupytext.read(source)
-            rest |= {w.lower() for c in nb.cells if not is_solution(c) for w in WORD.findall(c.source)}
+            rest |= {w.lower() for c in nb.cells if not is_solution(c) for w in ANY_WORD.findall(c.source)}
             found[source.stem] = {w.lower() for c in nb.cells if is_solution(c) for w in WORD.findall(c.source)}
         else:
-            rest |= {w.lower() for w in WORD.findall(source.read_text(encoding="utf8"))}
+            rest |= {w.lower() for w in ANY_WORD.findall(source.read_text(encoding="utf8"))}
     stem = snowballstemmer.stemmer("porter").stemWord        # Sphinx's English stemmer, as its search index uses
     rest_stems = {stem(w) for w in rest}
     return {name: {w for w in words - rest if stem(w) not in rest_stems} for name, words in found.items()}
