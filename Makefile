@@ -51,7 +51,8 @@ editions: $(STAMP)
 	  pids+=($$!); \
 	done; \
 	status=0; i=0; for ed in $(EDITIONS); do \
-	  if wait $${pids[$$i]}; then tail -n 1 build/book-$$ed.log; else cat build/book-$$ed.log; status=1; fi; \
+	  if wait $${pids[$$i]}; then echo "$$ed: book/_build/html/$$ed (log: build/book-$$ed.log)"; \
+	  else cat build/book-$$ed.log; status=1; fi; \
 	  i=$$((i + 1)); \
 	done; exit $$status
 

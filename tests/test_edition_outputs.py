@@ -25,7 +25,8 @@ EXECUTED = ROOT / "book" / "_build" / "jupyter_execute" / "notebooks"
 EDITIONS = ["hi", "ur"]
 NAMES = sorted(p.stem for p in (ROOT / "notebooks").glob("[0-9][0-9]-*.md"))
 SCRIPT = {"hi": re.compile(r"[\u0900-\u097F]{2,}"), "ur": re.compile(r"[\u0600-\u06FF]{2,}")}
-NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
+# a number as printed: not part of a name (fp32, Q4_1) and not an ordinal in a label (2nd dim)
+NUMBER = re.compile(r"(?<![A-Za-z_\d.,])\d+(?:[.,]\d+)*(?!\d|st\b|nd\b|rd\b|th\b)")
 SPEC = re.compile(r"^\s*var spec = (.*);\s*$", re.M)
 
 needs_sites = pytest.mark.skipif(not all((SITE / ed / "notebooks").is_dir() for ed in EDITIONS) or not EXECUTED.is_dir(),

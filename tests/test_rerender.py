@@ -84,3 +84,17 @@ def test_an_edition_notebook_takes_the_english_outputs_cell_by_cell():
     edition.cells[2].source = "say(1)"
     with pytest.raises(ValueError, match="sync-editions"):
         rerender.with_english_outputs(edition, english, "hi")
+
+
+def test_a_sentence_passed_on_whole_keeps_its_own_template():
+    """``say("{line}", line=verdict)`` passes a sentence on: its record is the sentence's, not a loop."""
+    inner = str(message(ERROR))                 # a plain copy, as str() or a DataFrame cell gives
+    rec = record(message("{line}", line=inner))
+    assert rec == {"template": "{line}", "fields": {"line": {"template": ERROR, "fields": {}}}}
+    assert render(rec, "hi") != ERROR
+
+
+def test_a_record_keeps_a_nan_a_number():
+    rec = json.loads(json.dumps(record(message("{w:.0%} with it, {wo:.0%} without (uniform {u:.0%})", w=0.5,
+                                               wo=float("nan"), u=float("inf")))))
+    assert render(rec, "en") == "50% with it, nan% without (uniform inf%)"

@@ -22,6 +22,7 @@ edition groups digits as the English one does (1,234,567), never as the Indian l
 from __future__ import annotations
 
 import functools
+import math
 import os
 import re
 import string
@@ -187,17 +188,21 @@ def remembered(text: str) -> Text | None:
     return text if isinstance(text, Text) else _RECENT.get(text)
 
 
-def record(value):
+def record(value, _within: tuple = ()):
     """A field's value (or a :class:`Text`) as JSON, from which :func:`render` formats it again: numbers and strings
     as they are, a sentence as its template and fields, an error by its sentence, anything else frozen as printed."""
     if isinstance(value, LeftToRight):
         value = value.value
     if isinstance(value, BaseException) and len(value.args) == 1 and isinstance(value.args[0], str):
         value = value.args[0]                   # an error is said by its sentence
-    if isinstance(value, str):
-        value = remembered(value) or value      # str(sentence) is a plain copy of it
+    if isinstance(value, str) and not isinstance(value, Text):
+        found = remembered(value)               # str(sentence) is a plain copy of it
+        value = found if found is not None and not any(found is w for w in _within) else value
     if isinstance(value, Text):
-        return {"template": value.template, "fields": {k: record(v) for k, v in value.fields.items()}}
+        inner = (*_within, value)               # ("{line}" says a sentence whose text is its own)
+        return {"template": value.template, "fields": {k: record(v, inner) for k, v in value.fields.items()}}
+    if isinstance(value, float) and not math.isfinite(value):
+        return {"float": repr(value)}            # JSON has no nan or inf
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     if hasattr(value, "item") and not isinstance(value, dict):      # a numpy or torch scalar, or one element
@@ -231,6 +236,8 @@ def value_of(rec, name: str | None = None):
     if isinstance(rec, dict):
         if "template" in rec:
             return render(rec, name)
+        if "float" in rec:
+            return float(rec["float"])
         if "tuple" in rec or "list" in rec:
             items = [value_of(v, name) for v in rec.get("tuple", rec.get("list"))]
             return tuple(items) if "tuple" in rec else items
@@ -263,5 +270,5 @@ def message(template: str, **fields) -> str:
     text = Text(translated(template).format(**fields), template, fields)
     if len(_RECENT) >= _RECENT_MAX:
         _RECENT.clear()
-    _RECENT[str(text)] = text
+    _RECENT.setdefault(str(text), text)         # the first sentence with this text, not a "{line}" passing it on
     return text
