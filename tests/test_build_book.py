@@ -34,3 +34,30 @@ def test_a_failed_build_ends_with_the_failed_claim(tmp_path):
     assert len(why) < 10 and any("Executing notebook failed" in w for w in why), "\n".join(why)
     assert why[-1] == ("claims: AssertionError: The chapter's claim failed on the default model: "
                        "one is more than two (1 against 2)."), "\n".join(why)
+
+
+def test_an_edition_is_rebuilt_only_when_what_it_is_built_from_changed(tmp_path):
+    """make book-incremental: an edition's digest follows its pages, catalogs and the English run's notebooks."""
+    from script_module import load
+    build_book = load("build-book")
+    book = tmp_path / "book"
+    (book / "notebooks" / "hi").mkdir(parents=True)
+    (book / "notebooks" / "hi" / "01-a.md").write_text("# एक\n")
+    executed = book / "_build" / "jupyter_execute"
+    (executed / "notebooks").mkdir(parents=True)
+    (executed / "notebooks" / "01-a.ipynb").write_text("{}")
+    (book / "_build" / "html").mkdir()
+    (book / "_build" / "html" / "page.html").write_text("built")
+
+    def digest():
+        return build_book.inputs_digest(book, "hi", executed, True)
+    first = digest()
+    assert digest() == first
+    (book / "_build" / "html" / "page.html").write_text("built again")       # a build's own output: no change
+    assert digest() == first
+    (executed / "notebooks" / "01-a.ipynb").write_text('{"outputs": 1}')    # the English run measured again
+    second = digest()
+    assert second != first
+    (book / "notebooks" / "hi" / "01-a.md").write_text("# दो\n")              # the edition's Markdown
+    assert digest() != second
+    assert build_book.inputs_digest(book, "ur", executed, True) != digest()

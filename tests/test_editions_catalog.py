@@ -220,7 +220,7 @@ def test_a_urdu_slider_reads_its_value_inside_its_label():
 def test_say_prints_urdu_as_a_right_to_left_block_with_its_fields_left_to_right(monkeypatch):
     from helpers.infra import controls
     shown = []
-    monkeypatch.setattr(controls, "display", lambda obj: shown.append(obj.data))
+    monkeypatch.setattr(controls, "display", lambda bundle, raw: shown.append(bundle["text/markdown"]))
     for edition in ("ur", "hi"):
         monkeypatch.setenv(messages.EDITION_ENV, edition)
         controls.say("**{path}** holds {n:,} tokens of a test sentence {line!r}", path="/tmp/m", n=1234, line="یہ")

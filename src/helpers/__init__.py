@@ -12,6 +12,7 @@ Infrastructure (``helpers.infra``): a change here means a review of every notebo
 * :mod:`helpers.infra.messages`  printed sentences as templates with named fields (what editions translate)
 * :mod:`helpers.infra.controls`  live ipywidgets controls, ``say``: a one-line sentence with measured values
 * :mod:`helpers.infra.tables`    small tables of this run's numbers, and this run's beside the chapter's
+* :mod:`helpers.infra.outputs`   what an output keeps (templates, fields) so an edition can say it again
 * :mod:`helpers.infra.plotting`  the figure style, the static (kernel-free) slider figure
 * :mod:`helpers.infra.chapter`   the chapter's reference architecture and every number it quotes
 * :mod:`helpers.infra.corpus`    the text perplexity and distillation read
@@ -69,10 +70,12 @@ The ideas, in the chapter's order:
 
 Build and test plumbing that students never import lives apart, in ``src/mic_tools``.
 """
-from .infra import plotting  # noqa: F401  (registers the template and renderer)
+from .infra import outputs, plotting  # noqa: F401  (registers the template and renderer)
 from .infra.claims import claim, measure_checked, measure_until
 from .infra.controls import is_static, live, say
 from .infra.model import ModelNotAvailable, load_model
+
+outputs.register_table_formatter()        # a table shown in a kernel keeps its labels' records (issue 39)
 
 __all__ = ["load_model", "ModelNotAvailable", "live", "say", "is_static", "plotting", "claim", "measure_checked",
            "measure_until"]

@@ -15,9 +15,10 @@ import shutil
 from pathlib import Path
 
 import jupytext
+import nbformat
 import yaml
 
-from mic_tools.exercises import without_solutions
+from mic_tools.exercises import read_executed, without_solutions
 
 # The fonts each edition's script is set in (helpers.infra.messages.SCRIPT_FONTS and FIGURE_FONTS name their
 # families): the site (book/_ext/mic_editions.py), the instructor view (instructor/voila.py) and JupyterLab
@@ -141,7 +142,13 @@ def merged(base: dict, over: dict) -> dict:
     return out
 
 
-def stage_edition(book: Path, stage: Path, edition: str, solutions: bool = True) -> Path:
+def stage_edition(book: Path, stage: Path, edition: str, solutions: bool = True, executed: Path | None = None) -> Path:
+    """Stage edition ``edition``'s book in ``stage``: the English book's files, its own pages over them, its notebooks.
+
+    With ``executed`` (the English build's ``jupyter_execute`` folder) each notebook is written with the English
+    run's outputs, said again in the edition's words (:mod:`mic_tools.rerender`), and the staged book executes
+    nothing: the three sites show one run's numbers. Without it the notebooks are sources the build executes.
+    """
     own = book / edition
     sources = book / "notebooks" / edition
     if not sources.is_dir():
@@ -157,9 +164,22 @@ def stage_edition(book: Path, stage: Path, edition: str, solutions: bool = True)
     (stage / "notebooks").mkdir()
     for source in sorted(sources.glob("[0-9][0-9]-*.md")):
         nb = jupytext.read(source)
-        jupytext.write(nb if solutions else without_solutions(nb), stage / "notebooks" / source.name, fmt="md:myst")
+        if executed is None:
+            jupytext.write(nb if solutions else without_solutions(nb), stage / "notebooks" / source.name,
+                           fmt="md:myst")
+            continue
+        from mic_tools.rerender import executed_path, with_english_outputs      # needs the helpers' kernel side
+        done = executed_path(executed, source)
+        if not done.exists():
+            raise FileNotFoundError(f"No English execution of {source.name} in {executed}: build the English "
+                                    "site first (make book).")
+        nb = with_english_outputs(nb if solutions else without_solutions(nb), nbformat.read(done, as_version=4),
+                                  edition)
+        nbformat.write(nb, stage / "notebooks" / (source.stem + ".ipynb"))
     config = yaml.safe_load((book / "_config.yml").read_text(encoding="utf8"))
     config["sphinx"].setdefault("config", {})["language"] = edition
+    if executed is not None:                       # the English run's outputs: nothing to execute
+        read_executed(stage, config)
     if (own / "_config.yml").exists():
         config = merged(config, yaml.safe_load((own / "_config.yml").read_text(encoding="utf8")) or {})
     if not solutions:

@@ -41,6 +41,18 @@ def write_student_copies(sources: list[Path], folder: Path) -> list[Path]:
     return written
 
 
+def read_executed(stage: Path, config: dict) -> None:
+    """Turn a staged book whose notebooks are executed ``.ipynb`` copies into one that reads them as they are:
+    its pages link them by their new names, and its configuration executes nothing and no longer skips them."""
+    for page in stage.glob("*.md"):      # the introduction links the notebooks by file name
+        text = page.read_text(encoding="utf8")
+        for nb in (stage / "notebooks").glob("*.ipynb"):
+            text = text.replace(f"(notebooks/{nb.stem}.md)", f"(notebooks/{nb.name})")
+        page.write_text(text, encoding="utf8")
+    config["execute"]["execute_notebooks"] = "off"
+    config["exclude_patterns"] = [p for p in config["exclude_patterns"] if p != "**.ipynb"]
+
+
 def stage_book(book: Path, stage: Path, executed: Path | None = None) -> Path:
     """Copy the book folder to ``stage`` with every notebook replaced by its copy without solutions.
 
@@ -68,13 +80,7 @@ def stage_book(book: Path, stage: Path, executed: Path | None = None) -> Path:
                 raise FileNotFoundError(f"No executed copy of {source.name} in {executed}: build the book first.")
             nbformat.write(without_solutions(nbformat.read(done, as_version=4)), notebooks / done.name)
     if executed is not None:
-        for page in stage.glob("*.md"):      # the introduction links the notebooks by file name
-            text = page.read_text(encoding="utf8")
-            for nb in notebooks.glob("*.ipynb"):
-                text = text.replace(f"(notebooks/{nb.stem}.md)", f"(notebooks/{nb.name})")
-            page.write_text(text, encoding="utf8")
-        config["execute"]["execute_notebooks"] = "off"
-        config["exclude_patterns"] = [p for p in config["exclude_patterns"] if p != "**.ipynb"]
+        read_executed(stage, config)
     config["sphinx"].setdefault("config", {})["hide_solutions"] = True     # sphinx-exercise: none left to hide
     (stage / "_config.yml").write_text(yaml.safe_dump(config, sort_keys=False, allow_unicode=True), encoding="utf8")
     return stage

@@ -43,7 +43,8 @@ from IPython import get_ipython
 from IPython.display import HTML, Markdown, display
 from ipywidgets.widgets.interaction import show_inline_matplotlib_plots
 
-from .messages import LeftToRight, direction, edition, message
+from .messages import direction, edition, message
+from .outputs import say_bundle
 
 STATIC_ENV = "MIC_STATIC"
 
@@ -61,12 +62,7 @@ def say(template: str, **fields):
     (JupyterLab has no right-to-left mode; its sanitizer keeps ``dir`` and ``lang``), and each field that is not
     Urdu runs left to right inside it (:class:`~helpers.infra.messages.LeftToRight`).
     """
-    if direction() == "rtl":
-        text = message(template, **{name: LeftToRight(value) for name, value in fields.items()})
-        text = f'<div dir="rtl" lang="{edition()}">\n\n{text}\n\n</div>'
-    else:
-        text = message(template, **fields)
-    display(Markdown(text))
+    display(say_bundle(message(template, **fields)), raw=True)
 
 
 def error_line(text: str) -> str:

@@ -22,6 +22,7 @@ edition groups digits as the English one does (1,234,567), never as the Indian l
 from __future__ import annotations
 
 import functools
+import math
 import os
 import re
 import string
@@ -164,6 +165,94 @@ def translated(template: str, name: str | None = None) -> str:
     return out
 
 
+class Text(str):
+    """A sentence as :func:`message` formatted it, remembering its template and fields: a build that executed the
+    chapter once, in English, can say every printed sentence again in an edition's words (issue 39, :func:`record`
+    and :func:`render`)."""
+
+    def __new__(cls, text: str, template: str, fields: dict):
+        out = super().__new__(cls, text)
+        out.template, out.fields = template, fields
+        return out
+
+    def __getnewargs__(self):                  # copied and pickled as a Text (plotly deep-copies its labels)
+        return str(self), self.template, self.fields
+
+
+_RECENT: dict[str, Text] = {}            # the sentences formatted lately, by their text: what an output shows
+_RECENT_MAX = 20_000
+
+
+def remembered(text: str) -> Text | None:
+    """The :class:`Text` a string was formatted as, if :func:`message` made it lately."""
+    return text if isinstance(text, Text) else _RECENT.get(text)
+
+
+def record(value, _within: tuple = ()):
+    """A field's value (or a :class:`Text`) as JSON, from which :func:`render` formats it again: numbers and strings
+    as they are, a sentence as its template and fields, an error by its sentence, anything else frozen as printed."""
+    if isinstance(value, LeftToRight):
+        value = value.value
+    if isinstance(value, BaseException) and len(value.args) == 1 and isinstance(value.args[0], str):
+        value = value.args[0]                   # an error is said by its sentence
+    if isinstance(value, str) and not isinstance(value, Text):
+        found = remembered(value)               # str(sentence) is a plain copy of it
+        value = found if found is not None and not any(found is w for w in _within) else value
+    if isinstance(value, Text):
+        inner = (*_within, value)               # ("{line}" says a sentence whose text is its own)
+        return {"template": value.template, "fields": {k: record(v, inner) for k, v in value.fields.items()}}
+    if isinstance(value, float) and not math.isfinite(value):
+        return {"float": repr(value)}            # JSON has no nan or inf
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if hasattr(value, "item") and not isinstance(value, dict):      # a numpy or torch scalar, or one element
+        try:
+            return record(value.item())
+        except (ValueError, RuntimeError, TypeError):
+            pass
+    if isinstance(value, (tuple, list)):
+        return {"tuple" if isinstance(value, tuple) else "list": [record(v) for v in value]}
+    return {"str": str(value), "repr": repr(value)}
+
+
+class _Frozen:
+    """A value :func:`record` kept as printed: formats as its text, and as its repr under ``!r``."""
+
+    def __init__(self, text: str, rep: str):
+        self.text, self.rep = text, rep
+
+    def __format__(self, spec: str) -> str:
+        return format(self.text, spec)
+
+    def __str__(self) -> str:
+        return self.text
+
+    def __repr__(self) -> str:
+        return self.rep
+
+
+def value_of(rec, name: str | None = None):
+    """The value :func:`record` describes, with each sentence in it said in edition ``name``."""
+    if isinstance(rec, dict):
+        if "template" in rec:
+            return render(rec, name)
+        if "float" in rec:
+            return float(rec["float"])
+        if "tuple" in rec or "list" in rec:
+            items = [value_of(v, name) for v in rec.get("tuple", rec.get("list"))]
+            return tuple(items) if "tuple" in rec else items
+        return _Frozen(rec["str"], rec["repr"])
+    return rec
+
+
+def render(rec: dict, name: str | None = None, wrap=None) -> str:
+    """The sentence a :func:`record` describes, in edition ``name``; ``wrap`` (LeftToRight, say) wraps each field."""
+    fields = {k: value_of(v, name) for k, v in rec["fields"].items()}
+    if wrap:
+        fields = {k: wrap(v) for k, v in fields.items()}
+    return translated(rec["template"], name).format(**fields)
+
+
 def message(template: str, **fields) -> str:
     """The sentence ``template`` says with these ``fields``: the one place a printed sentence is formatted.
 
@@ -178,4 +267,8 @@ def message(template: str, **fields) -> str:
     if missing or unused:
         raise ValueError(f"The template {template!r} uses the fields {sorted(wanted)}; "
                          f"missing {sorted(missing)}, unused {sorted(unused)}.")
-    return translated(template).format(**fields)
+    text = Text(translated(template).format(**fields), template, fields)
+    if len(_RECENT) >= _RECENT_MAX:
+        _RECENT.clear()
+    _RECENT.setdefault(str(text), text)         # the first sentence with this text, not a "{line}" passing it on
+    return text

@@ -1,15 +1,15 @@
 """One figure style for the whole chapter, and a plotly renderer that works live and in the static book (infrastructure).
 
-Importing this module (every notebook does, through ``helpers``) registers the
-``mic`` template and makes ``mic`` the default renderer. The renderer emits two
-representations of every figure:
+Importing this module (every notebook does, through ``helpers``) registers the ``mic`` template and makes ``mic``
+the default renderer. The renderer emits three representations of every figure:
 
 * ``application/vnd.plotly.v1+json``: what JupyterLab draws, live;
 * ``text/html``: a ``<div>`` plus a tiny loader that fetches one local copy of
   ``plotly.min.js`` from the site root. The Jupyter Book build picks this one
   (see ``book/_config.yml``), so pages stay small and need no CDN. After every
   draw the loader checks that each subplot's data layer sits on its axes and
-  draws once more where plotly.js left it behind (issue 25).
+  draws once more where plotly.js left it behind (issue 25);
+* the figure before its layout, for the editions (:mod:`helpers.infra.outputs`).
 
 ``slider_figure`` is the static half of the chapter's control pattern: a
 plotly slider that switches between precomputed traces, which works on a page
@@ -27,23 +27,23 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
-# plotly.io imports nbformat, which imports jsonschema, which compiles a grammar for checking IRIs
-# (rfc3987_syntax) as it is imported: a second or more of every notebook's start, for a check that nothing
-# in a notebook's kernel makes. Without the module, jsonschema simply leaves that one format unchecked.
+# plotly.io imports nbformat, which imports jsonschema, which compiles a grammar for checking IRIs (rfc3987_syntax)
+# as it is imported: a second or more of every notebook's start, for a check nothing in a kernel makes.
 sys.modules.setdefault("rfc3987_syntax", None)
 
 import plotly.graph_objects as go  # noqa: E402  (after the line above, on purpose)
 import plotly.io as pio  # noqa: E402
 
 from .messages import catalog, direction, edition, fields_of, font_family, isolate_rtl, message  # noqa: E402
+from .outputs import figure_source  # noqa: E402
 
 PALETTE = ["#1f5fa8", "#d1495b", "#2e933c", "#edae49", "#6c4f9e", "#00798c", "#8d6a4f", "#555555"]
 NAIVE, CACHED = PALETTE[1], PALETTE[0]   # the same colours mean the same thing in every notebook
 
+BASE_FONT = "Inter, Helvetica, Arial, sans-serif"    # after the edition's script font, if it has one
 AXIS = dict(automargin=True, title=dict(standoff=12))
 pio.templates["mic"] = go.layout.Template(layout=go.Layout(
-    font=dict(family=font_family("Inter, Helvetica, Arial, sans-serif"), size=14, color="#222"),
-    colorway=PALETTE,
+    font=dict(family=font_family(BASE_FONT), size=14, color="#222"), colorway=PALETTE,
     # indented from the page edge (where a normal plot starts; a plot with long category labels starts later,
     # and a title aligned with it would run off the right edge), wrapped by the renderer (see wrap_title),
     # and the top margin grows to fit it (automargin), however many lines it has
@@ -254,12 +254,13 @@ class MicRenderer(pio.base_renderers.MimetypeRenderer):
     """Plotly JSON for JupyterLab plus a self-loading HTML div for static pages."""
 
     def to_mimebundle(self, fig_dict):
+        source = figure_source(pio.to_json(fig_dict))      # before the layout: what an edition draws again
         fig = go.Figure(tidy(fig_dict))
         spec = fig.to_json()
         height = (fig_dict.get("layout", {}) or {}).get("height") or 430
         html = _LOADER.format(id=f"mic-{uuid.uuid4().hex[:12]}", height=int(height), spec=spec,
                               config=json.dumps({"responsive": True, "displaylogo": False}), js=PLOTLY_JS_NAME)
-        return {"application/vnd.plotly.v1+json": json.loads(spec), "text/html": html}
+        return {"application/vnd.plotly.v1+json": json.loads(spec), "text/html": html, **source}
 
 
 pio.renderers["mic"] = MicRenderer()
