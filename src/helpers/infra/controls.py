@@ -40,7 +40,7 @@ from typing import Callable
 
 import ipywidgets as widgets
 from IPython import get_ipython
-from IPython.display import HTML, Markdown, display
+from IPython.display import HTML, display
 from ipywidgets.widgets.interaction import show_inline_matplotlib_plots
 
 from .messages import direction, edition, message
