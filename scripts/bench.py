@@ -19,12 +19,20 @@ as a browser and a video call would, and ``--nbconvert`` executes each notebook 
 
     make bench BENCH="--nbconvert --busy 2 notebooks/02-prefill-decode.md notebooks/04-batching.md"
 
-gives the times under load; the same without ``--busy`` gives the quiet ones to divide by. Runs on a quiet machine give the numbers worth quoting; the table says, for each
+gives the times under load; the same without ``--busy`` gives the quiet ones to divide by.
+
+``--record FILE`` also writes the run as JSON: its date, the machine (processor, cores, memory), each notebook's
+wall time, the CPU seconds its kernel used and its peak memory, and the disk the model takes. The site's page for
+teachers (book/teaching.md, issue 40) reads its table of what a JupyterHub class needs per student from
+``book/_data/bench.json``, a run recorded this way:
+
+    make bench BENCH="--record book/_data/bench.json" Runs on a quiet machine give the numbers worth quoting; the table says, for each
 notebook, what share of the CPU time the host of a virtual machine took away (steal), so a slow hour shows.
 """
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 import time
@@ -64,6 +72,55 @@ def kernel_peak_mib(client) -> float:
     except Exception:
         pass
     return float("nan")
+
+
+def kernel_cpu_seconds(client) -> float:
+    """The CPU seconds (user and system, all threads, and any children) the kernel process has used, or nan."""
+    try:
+        t = psutil.Process(client.km.provisioner.process.pid).cpu_times()
+        return t.user + t.system + t.children_user + t.children_system
+    except Exception:
+        return float("nan")
+
+
+def machine() -> dict:
+    """What ran the benchmark: processor, cores, memory, Python and torch, for a recorded run's reader."""
+    import platform
+
+    import torch
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() \
+        else platform.processor()
+    return dict(processor=cpu, cores=os.cpu_count(), memory_gib=round(psutil.virtual_memory().total / 2 ** 30, 1),
+                system=f"{platform.system()} {platform.machine()}", python=platform.python_version(),
+                torch=torch.__version__)
+
+
+def model_disk_mib() -> dict:
+    """The disk the default model takes: the embedded GGUF (the package) and its dequantized copy in the cache, in
+    MiB (that copy only: the cache may hold other models too)."""
+    from helpers.infra.model import cached_copy, embedded_gguf_path
+    gguf = embedded_gguf_path().stat().st_size
+    copy = cached_copy(embedded_gguf_path())
+    cache = sum(f.stat().st_size for f in copy.rglob("*") if f.is_file()) if copy.exists() else 0
+    return dict(gguf=round(gguf / 2 ** 20, 1), cache=round(cache / 2 ** 20, 1))
+
+
+def record(path: Path, rows: list[dict], mode: str, busy: int) -> None:
+    """Write a run as JSON (see the module's docstring): what book/teaching.md's table is generated from."""
+    import datetime
+    import json
+
+    from helpers.infra.model import EMBEDDED_NAME, is_default_model, model_setting
+    def number(x, digits):                  # a reading that failed (nan) is recorded as null, not as a number
+        return None if math.isnan(x) else round(x, digits)
+    notebooks = [dict(name=r["name"], seconds=number(r["seconds"], 1), cpu_seconds=number(r["cpu"], 1),
+                      peak_mib=number(r["peak"], None), error=r["error"]) for r in rows]
+    run = dict(date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"), machine=machine(),
+               model=EMBEDDED_NAME if is_default_model() else model_setting(), mode=mode, busy=busy,
+               model_disk_mib=model_disk_mib(), notebooks=notebooks)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(run, indent=1, ensure_ascii=False) + "\n", encoding="utf8")
 
 
 def cpu_ticks() -> tuple[float, float]:
@@ -111,7 +168,8 @@ def run(path: Path, timeout: int) -> dict:
 
     nb = jupytext.read(path)
     client = NotebookClient(nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}})
-    out = dict(seconds=float("nan"), start=float("nan"), slowest=(0.0, ""), peak=float("nan"), error="")
+    out = dict(seconds=float("nan"), start=float("nan"), slowest=(0.0, ""), peak=float("nan"), error="",
+               cpu=float("nan"))
     code = [i for i, cell in enumerate(nb.cells) if cell.cell_type == "code"]
     ticks = cpu_ticks()
     t0 = time.perf_counter()
@@ -129,6 +187,7 @@ def run(path: Path, timeout: int) -> dict:
         except Exception as e:        # report and go on to the next notebook
             out["error"] = f"{type(e).__name__}: {str(e).strip().splitlines()[-1][:100] if str(e).strip() else ''}"
         out["peak"] = kernel_peak_mib(client)
+        out["cpu"] = kernel_cpu_seconds(client)
     out["seconds"] = time.perf_counter() - t0
     out["stolen"] = stolen_percent(ticks, cpu_ticks())
     return out
@@ -140,7 +199,8 @@ def run_nbconvert(path: Path, timeout: int) -> dict:
     import tempfile
 
     import jupytext
-    out = dict(seconds=float("nan"), start=float("nan"), slowest=(0.0, ""), peak=float("nan"), error="")
+    out = dict(seconds=float("nan"), start=float("nan"), slowest=(0.0, ""), peak=float("nan"), error="",
+               cpu=float("nan"))
     ticks = cpu_ticks()
     with tempfile.TemporaryDirectory() as tmp:
         ipynb = Path(tmp) / (path.stem + ".ipynb")
@@ -169,6 +229,7 @@ def main() -> int:
     ap.add_argument("--timeout", type=int, default=300, help="seconds per cell before giving up (default 300)")
     ap.add_argument("--nbconvert", action="store_true", help="execute with plain jupyter nbconvert --execute")
     ap.add_argument("--busy", type=int, default=0, help="CPU-bound processes to run beside the notebooks")
+    ap.add_argument("--record", type=Path, help="also write the run as JSON to this file (e.g. book/_data/bench.json)")
     args = ap.parse_args()
     paths = args.notebooks or sorted((ROOT / "notebooks").glob("[0-9]*.md"))
     os.environ["MIC_STATIC"] = "0" if args.live else "1"
@@ -188,23 +249,26 @@ def main() -> int:
             r["flag"] = flags(r)
             rows.append(r)
             print(f"  {p.stem:<28} {r['seconds']:7.1f} s (start-up {r['start']:4.1f} s, slowest cell "
-                  f"{r['slowest'][0]:5.1f} s) {r['peak']:8.0f} MiB  {r['stolen']:4.1f} % stolen  {r['flag']}",
+                  f"{r['slowest'][0]:5.1f} s) {r['peak']:8.0f} MiB  {r['cpu']:6.1f} CPU s  {r['stolen']:4.1f} % stolen  {r['flag']}",
                   flush=True)
     finally:
         for b in busy:
             b.kill()
     print("\n| notebook | seconds | start-up: kernel, imports, model (s) | slowest code cell (s) | peak memory (MiB) "
-          "| CPU stolen by the host | note |\n|---|---:|---:|---|---:|---:|---|")
+          "| kernel CPU (s) | CPU stolen by the host | note |\n|---|---:|---:|---|---:|---:|---:|---|")
     for r in rows:
         print(f"| {r['name']} | {r['seconds']:.1f} | {r['start']:.1f} | {r['slowest'][0]:.1f}: `{r['slowest'][1]}` | "
-              f"{r['peak']:.0f} | {r['stolen']:.1f} % | {r['flag']} |")
+              f"{r['peak']:.0f} | {r['cpu']:.1f} | {r['stolen']:.1f} % | {r['flag']} |")
     over = " (over the 8 min budget)" if total > BUDGET_CHAPTER_S else ""
     start = sum(r["start"] for r in rows)
     print(f"| **whole chapter** | **{total:.1f}** | {start:.1f} | | {max(r['peak'] for r in rows):.0f} (largest) "
-          f"| {stolen_percent(ticks, cpu_ticks()):.1f} % | {over} |")
+          f"| {sum(r['cpu'] for r in rows):.1f} | {stolen_percent(ticks, cpu_ticks()):.1f} % | {over} |")
     if over_memory(rows):
         print(over_memory(rows))
     print(f"load average after: {os.getloadavg()[0]:.2f}; {machine_speed()}")
+    if args.record:
+        record(args.record, rows, "live" if args.live else "static", args.busy)
+        print(f"recorded in {args.record}")
     return 1 if failed else 0
 
 

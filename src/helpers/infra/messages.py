@@ -13,7 +13,8 @@ may put them in any order. Literal braces in a template are doubled (``{{`` and 
 :meth:`str.format`.
 
 Editions. :func:`edition` says which edition a kernel prints: ``MIC_EDITION`` (``en``, ``hi``, ``ur``) when set,
-else the folder the notebook runs in (``notebooks/hi/`` prints Hindi), else English. An edition's catalog is
+else the folder the notebook runs in (``notebooks/hi/`` prints Hindi), else the edition that folder's
+``edition.txt`` records (an nbgrader assignment, whose folder is not named after its edition), else English. An edition's catalog is
 ``locale/<edition>/LC_MESSAGES/helpers.po`` (gettext, read with Babel; ``scripts/extract-messages`` writes the
 template ``locale/helpers.pot`` from the code and the notebooks). A template the catalog lacks, or translates
 as empty or fuzzy, prints in English. Numbers are formatted by the template's own format specs, so every
@@ -31,6 +32,7 @@ from pathlib import Path
 EDITION_ENV = "MIC_EDITION"
 MISSING_ENV = "MIC_MISSING_MESSAGES"     # a file: each template an edition printed without a translation, a line each
 EDITIONS = ("en", "hi", "ur")
+EDITION_FILE = "edition.txt"             # an nbgrader assignment's folder records its edition in it (issue 40)
 # The font each edition's script is set in. The site serves it (book/_ext/mic_editions.py), so a reader's machine
 # needs no Indic font; figures name it first, so that their SVG text is shaped by the same font as the page.
 SCRIPT_FONTS = {"hi": "Noto Sans Devanagari", "ur": "Noto Nastaliq Urdu"}
@@ -55,14 +57,22 @@ def fields_of(template: str) -> set[str]:
 
 
 def edition() -> str:
-    """The edition this kernel prints: ``MIC_EDITION``, else the notebook's folder (``notebooks/hi``), else en."""
+    """The edition this kernel prints: ``MIC_EDITION``, else the notebook's folder (``notebooks/hi``), else the
+    edition its folder records in ``edition.txt`` (an nbgrader assignment: mic_tools.assignments), else en."""
     chosen = os.environ.get(EDITION_ENV, "").strip().lower()
     if chosen:
         if chosen not in EDITIONS:
             raise ValueError(f"{EDITION_ENV} must be one of {', '.join(EDITIONS)}; got {chosen!r}.")
         return chosen
-    here = Path.cwd().name
-    return here if here in EDITIONS else "en"
+    here = Path.cwd()
+    if here.name in EDITIONS:
+        return here.name
+    recorded = here / EDITION_FILE
+    if recorded.is_file():
+        name = recorded.read_text(encoding="utf8").strip().lower()
+        if name in EDITIONS:
+            return name
+    return "en"
 
 
 def direction(name: str | None = None) -> str:

@@ -198,6 +198,11 @@ def _quiet_transformers():
     hf_logging.disable_progress_bar()
 
 
+def cached_copy(gguf: str | Path) -> Path:
+    """The folder that holds a GGUF file's dequantized fp32 copy in the cache (MIC_CACHE_DIR), made or not."""
+    return cache_dir() / f"{Path(gguf).stem}-{_file_sha256(str(gguf))[:16]}-{CACHE_LAYOUT}"
+
+
 def load_model(name: str | None = None, device: str | torch.device | None = None,
                dtype: torch.dtype = torch.float32) -> LoadedModel:
     """Load the chapter's model in eval mode.
@@ -212,8 +217,8 @@ def load_model(name: str | None = None, device: str | torch.device | None = None
     t0 = time.perf_counter()
     from_cache = False
     if kind in ("embedded", "gguf"):
-        key = f"{Path(where).stem}-{_file_sha256(where)[:16]}-"
-        target = cache_dir() / (key + CACHE_LAYOUT)
+        target = cached_copy(where)
+        key = target.name.removesuffix(CACHE_LAYOUT)
         from_cache = (target / "model.safetensors").is_file()
         if not from_cache:
             _dequantize_gguf_to_cache(where, target)
