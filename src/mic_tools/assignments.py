@@ -286,27 +286,32 @@ def nbgrader(course: Path, *args: str, cwd: Path | None = None) -> subprocess.Co
                           text=True)
 
 
-def released_problems(source_path: Path, released_path: Path) -> list[str]:
-    """What is wrong with a released notebook, given its source version: a line of a solution or of a hidden test
-    left in it, a stub nbgrader adds (NotImplementedError), or an answer or test cell missing. Empty when none."""
-    import json
+REGION = r"### BEGIN (SOLUTION|HIDDEN TESTS)\n(.*?)### END[^\n]*"
 
+
+def released_problems(source_path: Path, released_path: Path) -> list[str]:
+    """What is wrong with a released notebook, given its source version: an answer or test cell that is not the
+    source's with its solution or hidden test taken out, a line of a solution or hidden test anywhere in it (unless
+    the chapter has that line outside them too), or a stub nbgrader adds (NotImplementedError). Empty when none."""
     import nbformat
     source = nbformat.read(source_path, as_version=4)
     released = nbformat.read(released_path, as_version=4)
-    text = released_path.read_text(encoding="utf8")
+    text = "\n".join(c.source for c in released.cells)
+    outside = "\n".join(re.sub(REGION, "", c.source, flags=re.S) for c in source.cells)
+    by_id = {c.metadata.get("nbgrader", {}).get("grade_id"): c for c in released.cells}
     problems = []
-    ids = {c.metadata.get("nbgrader", {}).get("grade_id") for c in released.cells}
     for cell in source.cells:
         grade_id = cell.metadata.get("nbgrader", {}).get("grade_id", "")
-        if grade_id.startswith("ex") and grade_id not in ids:
+        if not grade_id.startswith("ex"):
+            continue
+        given = re.sub(REGION, "", cell.source, flags=re.S)
+        if grade_id not in by_id:
             problems.append(f"{released_path.name}: cell {grade_id} is missing")
-        pattern = r"### BEGIN (SOLUTION|HIDDEN TESTS)\n(.*?)### END[^\n]*"
-        given = re.sub(pattern, "", cell.source, flags=re.S)        # what the student is given (a stub's def line)
-        for _, region in re.findall(pattern, cell.source, re.S):
+        elif by_id[grade_id].source.strip() != given.strip():
+            problems.append(f"{released_path.name}: cell {grade_id} is released as {by_id[grade_id].source!r}")
+        for _, region in re.findall(REGION, cell.source, re.S):
             problems += [f"{released_path.name}: {grade_id} releases {line.strip()!r}" for line in region.splitlines()
-                         if len(line.strip()) > 12 and line.strip() not in given
-                         and json.dumps(line.strip())[1:-1] in text]
+                         if len(line.strip()) > 12 and line.strip() in text and line.strip() not in outside]
     problems += [f"{released_path.name}: holds {word}" for word in ("NotImplementedError", "BEGIN SOLUTION",
                                                                      "BEGIN HIDDEN TESTS") if word in text]
     return problems
@@ -330,7 +335,7 @@ def nbgrader_available() -> bool:
     """Whether nbgrader can be used here; on Python 3.10 it cannot, and this says so in one sentence."""
     if sys.version_info < (3, 11):
         print("Grading with nbgrader needs Python 3.11 or newer (nbgrader 0.9.6); this is Python "
-              f"{sys.version_info.major}.{sys.version_info.minor}, so make assignments writes nothing.")
+              "{}.{}, so make assignments writes nothing.".format(*sys.version_info[:2]))
         return False
     try:
         import nbgrader  # noqa: F401
