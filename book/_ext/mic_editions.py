@@ -195,7 +195,8 @@ CODE_CSS = ("div.cell_input pre { padding-inline: 0.5rem; }\n"
 # on the right, "on this page" on the left); these rules undo what the theme wrote in left and right, give Nastaliq
 # the line height its climbing words need (its glyphs reach 2.5 em from top to bottom: lines 2.6 em apart never
 # meet), and keep left to right what must stay so: code cells and their outputs, figures, math, and code spans,
-# which are isolated so that bidi cannot reorder them with the Urdu around them.
+# which are isolated so that bidi cannot reorder them with the Urdu around them, and tables of numbers (book/_ext/
+# mic_teaching.py), whose headers still read right to left.
 # (plotly.js measures every label in a hidden SVG of its own, #js-plotly-tester, in <body>: measured right to left,
 # each tick label's anchor flips and the axis titles land on the ticks.)
 RTL_CSS = """
@@ -207,6 +208,8 @@ html[dir="rtl"] :is(.cell_input, .cell_output, .output, pre, .highlight, .math, 
   direction: ltr; text-align: start; line-height: normal; }
 html[dir="rtl"] :is(p, li, td, th, dt, dd, h1, h2, h3, h4, a, span, strong, em) > code {
   direction: ltr; unicode-bidi: isolate; }
+html[dir="rtl"] table.mic-numbers-table { direction: ltr; }
+html[dir="rtl"] table.mic-numbers-table th { direction: rtl; }
 """
 
 def setup(app):

@@ -22,8 +22,9 @@ from sphinx.util.docutils import SphinxDirective
 EXERCISE = re.compile(r"\{exercise\}\s+(\d+)\.(\d+)\s+·\s+([^\n\"\\]+?)\s*(?:\\n|\n|\")")
 
 
-def _table(header: list[str], rows: list[list[str]], numeric: set[int]) -> nodes.table:
-    table = nodes.table(classes=["mic-teaching-table"])
+def _table(header: list[str], rows: list[list[str]], numeric: set[int], numbers: bool = False) -> nodes.table:
+    """A docutils table; ``numbers``: a table of numbers, which stays left to right in a right-to-left edition."""
+    table = nodes.table(classes=["mic-teaching-table"] + (["mic-numbers-table"] if numbers else []))
     group = nodes.tgroup(cols=len(header))
     table += group
     group += [nodes.colspec(colwidth=1) for _ in header]
@@ -89,7 +90,7 @@ class TeachingResources(SphinxDirective):
                       total_seconds=f"{sum(nb['seconds'] for nb in run['notebooks']) / 60:.1f}",
                       total_cpu=f"{sum(nb['cpu_seconds'] for nb in run['notebooks']) / 60:.1f}",
                       largest_peak=f"{max(nb['peak_mib'] for nb in run['notebooks']):,}")
-        out = [_table(_columns(self.options["columns"]), rows, numeric={1, 2, 3})]
+        out = [_table(_columns(self.options["columns"]), rows, numeric={1, 2, 3}, numbers=True)]
         if self.content:
             sentence = " ".join(self.content).format(**fields)
             para = nodes.paragraph()
