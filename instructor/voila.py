@@ -31,4 +31,8 @@ c.VoilaExecutor.timeout = yaml.safe_load(BOOK_CONFIG.read_text())["execute"]["ti
 # Without jupytext the console shows no error. Nor jupyterlab-myst's: it renders Markdown cells in JupyterLab,
 # needs JupyterLab's Markdown viewer ("Shared module @jupyterlab/markdownviewer doesn't exist in shared scope"
 # on every load here), and Voila renders Markdown on the server anyway (the room template draws the exercises).
-c.VoilaConfiguration.extension_denylist = ["jupyterlab-jupytext", "jupyterlab-myst"]
+# Nor nbgrader's (the grading extra, issue 40), which needs JupyterLab's file browser and document registry
+# ("Shared module @jupyterlab/filebrowser doesn't exist in shared scope", on every load), nor that of the Notebook 7
+# that nbgrader brings along: both are for JupyterLab, not for a page that presents a notebook.
+c.VoilaConfiguration.extension_denylist = ["jupyterlab-jupytext", "jupyterlab-myst", "@jupyter/nbgrader",
+                                           "@jupyter-notebook/lab-extension"]
