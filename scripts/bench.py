@@ -117,6 +117,7 @@ def record(path: Path, rows: list[dict], mode: str, busy: int) -> None:
     notebooks = [dict(name=r["name"], seconds=number(r["seconds"], 1), cpu_seconds=number(r["cpu"], 1),
                       peak_mib=number(r["peak"], None), error=r["error"]) for r in rows]
     run = dict(date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"), machine=machine(),
+               load_average_after=round(os.getloadavg()[0], 2),      # other work on the machine inflates wall time
                model=EMBEDDED_NAME if is_default_model() else model_setting(), mode=mode, busy=busy,
                model_disk_mib=model_disk_mib(), notebooks=notebooks)
     path.parent.mkdir(parents=True, exist_ok=True)
