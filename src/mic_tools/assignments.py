@@ -276,11 +276,12 @@ def write_course(course: Path, editions=EDITIONS, sections=None) -> list[Path]:
     return written
 
 
-def nbgrader(course: Path, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    """Run ``nbgrader *args`` in ``course`` (or ``cwd``) with this environment's nbgrader (and its alembic)."""
+def nbgrader(course: Path, *args: str, cwd: Path | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run ``nbgrader *args`` in ``course`` (or ``cwd``) with this environment's nbgrader (and its alembic); ``env``
+    adds to the environment (its kernels inherit it)."""
     import os
     bin_dir = Path(sys.executable).parent
-    env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
+    env = dict(os.environ, **(env or {}), PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
     env.pop("MIC_EDITION", None)           # each assignment's edition.txt decides
     return subprocess.run([str(bin_dir / "nbgrader"), *args], cwd=cwd or course, env=env, capture_output=True,
                           text=True)
