@@ -125,7 +125,8 @@ def article(html: str, page: str, pages: set[str], solutions: bool):
 # reaches past its box (Devanagari's marks above, Nastaliq's climbing words, the stroke of a keheh that starts an
 # Urdu line), and ink past the top of a page's first line would also be printed at the foot of the page before.
 # Code wraps instead of running past the margin, and outputs are not boxed in a scrolling area. A code cell is not
-# split from its box; a solution's box may be. Solutions, folded on the site, are open.
+# split from its box; a solution's box may be. Solutions, folded on the site, are open. The references, English
+# in every edition, are set left to right in the Latin font on the Urdu pages too.
 PRINT_CSS = """
 @media print {
   html, body { background: white !important; }
@@ -145,6 +146,8 @@ PRINT_CSS = """
   .admonition, div.admonition { break-inside: auto; }
   .admonition.toggle-hidden .admonition-title ~ * { display: block !important; }
   .toggle-button, .copybtn, .toggle-details__summary { display: none !important; }
+  html[dir="rtl"] div.citation-list { direction: ltr; text-align: left; line-height: 1.6;
+    font-family: var(--pst-font-family-base-system); }
 }
 """
 
