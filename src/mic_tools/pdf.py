@@ -146,6 +146,7 @@ PRINT_CSS = """
   .admonition, div.admonition { break-inside: auto; }
   .admonition.toggle-hidden .admonition-title ~ * { display: block !important; }
   .toggle-button, .copybtn, .toggle-details__summary { display: none !important; }
+  .admonition.toggle .admonition-title { padding-right: 0.6rem; }     /* the room the hidden button had */
   html[dir="rtl"] div.citation-list { direction: ltr; text-align: left; line-height: 1.6;
     font-family: var(--pst-font-family-base-system); }
 }
