@@ -88,7 +88,7 @@ nbval: $(STAMP)
 	scripts/check-notebook $(NOTEBOOKS)
 
 unit: $(STAMP)
-	$(PY) -m pytest tests -v --ignore=tests/test_book_browser.py --ignore=tests/test_lab_browser.py
+	$(PY) -m pytest tests -v --ignore=tests/test_book_browser.py --ignore=tests/test_lab_browser.py --ignore=tests/test_pdf.py
 
 # The budget, measured: each notebook's execution time and the kernel's peak memory, one after another.
 # make bench BENCH="--nbconvert --busy 2 notebooks/02-prefill-decode.md": under two busy processes (issue 39).
