@@ -43,3 +43,9 @@ def test_the_urdu_search_keeps_a_word_whole_and_ends_it_at_urdu_punctuation():
     # U+0670 (the superscript alef of "اعلیٰ") and U+064E (a zabar) are combining marks: the default splitter cuts there
     assert search.split("cache کا حساب، اعلیٰ مَیں۔ tokens") == ["cache", "کا", "حساب", "اعلیٰ", "مَیں", "tokens"]
     assert [search.stem(w) for w in ("حساب", "tokens")] == ["حساب", "token"]
+
+
+def test_the_switch_is_named_in_the_page_language_only():
+    """Its aria-label holds no other language's words: a label cannot mark a part of itself with another lang."""
+    assert 'aria-label="Language"' in switch_html("intro", "en", "")
+    assert 'aria-label="زبان"' in switch_html("intro", "ur", "")

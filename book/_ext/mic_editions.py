@@ -19,6 +19,9 @@ from helpers.infra.messages import DIRECTIONS, LOCALE, SCRIPT_FONTS
 from mic_tools.editions import FONT_FACES, copy_fonts, font_face_css
 
 EDITIONS = {"en": "English", "hi": "हिंदी", "ur": "اردو"}   # code: the edition's name in its own language
+# The switch's name for a screen reader, in the page's language (an aria-label cannot mark a part of itself with
+# another language's lang, so it holds one language only: the page's).
+SWITCH_LABEL = {"en": "Language", "hi": "भाषा", "ur": "زبان"}
 FONT_CSS = "mic-editions.css"
 # Every site serves the fonts of all editions (mic_tools.editions.FONT_FACES), not only its own: the switch
 # names each edition in its own script.
@@ -108,7 +111,7 @@ def switch_html(pagename: str, edition: str, root: str) -> str:
         else:
             links.append(f'<a class="mic-edition-link" href="{html.escape(href)}" lang="{code}" hreflang="{code}">'
                          f'{html.escape(name)}</a>')
-    return '<nav class="mic-editions" aria-label="Language / भाषा">' + " · ".join(links) + "</nav>"
+    return (f'<nav class="mic-editions" aria-label="{SWITCH_LABEL[edition]}">' + " · ".join(links) + "</nav>")
 
 
 def _add_switch(app, pagename, templatename, context, doctree):

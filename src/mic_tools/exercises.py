@@ -53,13 +53,15 @@ def read_executed(stage: Path, config: dict) -> None:
     config["exclude_patterns"] = [p for p in config["exclude_patterns"] if p != "**.ipynb"]
 
 
-def stage_book(book: Path, stage: Path, executed: Path | None = None) -> Path:
-    """Copy the book folder to ``stage`` with every notebook replaced by its copy without solutions.
+def stage_book(book: Path, stage: Path, executed: Path | None = None, solutions: bool = False) -> Path:
+    """Copy the book folder to ``stage`` with every notebook replaced by its copy without solutions (or kept whole, with
+    ``solutions=True``).
 
     Without ``executed`` the copies are jupytext sources and the build executes them, as ``make book`` does.
     With ``executed`` (a folder of executed notebooks, e.g. ``book/_build/jupyter_execute``) the copies keep those
     outputs and the staged configuration turns execution off: the same site, built in a minute, from a run that
-    has already measured everything (the tests build it that way).
+    has already measured everything (the tests build it that way). ``solutions=True`` keeps the solutions: with
+    ``executed``, the full site rebuilt from a run without executing anything (``scripts/build-book --executed``).
     """
     if stage.exists():
         shutil.rmtree(stage)
@@ -73,14 +75,17 @@ def stage_book(book: Path, stage: Path, executed: Path | None = None) -> Path:
     config = yaml.safe_load((book / "_config.yml").read_text(encoding="utf8"))
     for source in sorted((book / "notebooks").glob("[0-9][0-9]-*.md")):
         if executed is None:
-            jupytext.write(without_solutions(jupytext.read(source)), notebooks / source.name, fmt="md:myst")
+            nb = jupytext.read(source)
+            jupytext.write(nb if solutions else without_solutions(nb), notebooks / source.name, fmt="md:myst")
         else:
             done = executed / "notebooks" / (source.stem + ".ipynb")
             if not done.exists():
                 raise FileNotFoundError(f"No executed copy of {source.name} in {executed}: build the book first.")
-            nbformat.write(without_solutions(nbformat.read(done, as_version=4)), notebooks / done.name)
+            nb = nbformat.read(done, as_version=4)
+            nbformat.write(nb if solutions else without_solutions(nb), notebooks / done.name)
     if executed is not None:
         read_executed(stage, config)
-    config["sphinx"].setdefault("config", {})["hide_solutions"] = True     # sphinx-exercise: none left to hide
+    if not solutions:
+        config["sphinx"].setdefault("config", {})["hide_solutions"] = True     # sphinx-exercise: none left to hide
     (stage / "_config.yml").write_text(yaml.safe_dump(config, sort_keys=False, allow_unicode=True), encoding="utf8")
     return stage
