@@ -53,34 +53,40 @@ def read_executed(stage: Path, config: dict) -> None:
     config["exclude_patterns"] = [p for p in config["exclude_patterns"] if p != "**.ipynb"]
 
 
-def stage_book(book: Path, stage: Path, executed: Path | None = None) -> Path:
-    """Copy the book folder to ``stage`` with every notebook replaced by its copy without solutions.
+def stage_book(book: Path, stage: Path, executed: Path | None = None, solutions: bool = False) -> Path:
+    """Copy the book folder to ``stage`` with every notebook replaced by its copy without solutions (with them
+    where ``solutions``).
 
     Without ``executed`` the copies are jupytext sources and the build executes them, as ``make book`` does.
-    With ``executed`` (a folder of executed notebooks, e.g. ``book/_build/jupyter_execute``) the copies keep those
-    outputs and the staged configuration turns execution off: the same site, built in a minute, from a run that
-    has already measured everything (the tests build it that way).
+    With ``executed`` (a folder of executed notebooks, e.g. ``book/_build/jupyter_execute``) each copy is the
+    source, its Markdown as written now (a glossary link added since that run shows), with that run's outputs, and
+    the staged configuration turns execution off: the same site, built in a minute, from a run that has already
+    measured everything (the tests build it that way).
     """
     if stage.exists():
         shutil.rmtree(stage)
     stage.mkdir(parents=True)
     for item in book.iterdir():
-        if item.name in ("_build", "notebooks"):
-            continue
+        if item.name in ("_build", "notebooks") or (item.is_dir() and len(item.name) == 2):
+            continue                                   # outputs, sources and the editions' own folders
         (shutil.copytree if item.is_dir() else shutil.copy2)(item, stage / item.name)
     notebooks = stage / "notebooks"
     notebooks.mkdir()
     config = yaml.safe_load((book / "_config.yml").read_text(encoding="utf8"))
     for source in sorted((book / "notebooks").glob("[0-9][0-9]-*.md")):
+        nb = jupytext.read(source)
+        nb = nb if solutions else without_solutions(nb)
         if executed is None:
-            jupytext.write(without_solutions(jupytext.read(source)), notebooks / source.name, fmt="md:myst")
-        else:
-            done = executed / "notebooks" / (source.stem + ".ipynb")
-            if not done.exists():
-                raise FileNotFoundError(f"No executed copy of {source.name} in {executed}: build the book first.")
-            nbformat.write(without_solutions(nbformat.read(done, as_version=4)), notebooks / done.name)
+            jupytext.write(nb, notebooks / source.name, fmt="md:myst")
+            continue
+        from mic_tools.rerender import with_english_outputs      # needs the helpers' kernel side
+        done = executed / "notebooks" / (source.stem + ".ipynb")
+        if not done.exists():
+            raise FileNotFoundError(f"No executed copy of {source.name} in {executed}: build the book first.")
+        nbformat.write(with_english_outputs(nb, nbformat.read(done, as_version=4), "en"), notebooks / done.name)
     if executed is not None:
         read_executed(stage, config)
-    config["sphinx"].setdefault("config", {})["hide_solutions"] = True     # sphinx-exercise: none left to hide
+    if not solutions:
+        config["sphinx"].setdefault("config", {})["hide_solutions"] = True     # sphinx-exercise: none left to hide
     (stage / "_config.yml").write_text(yaml.safe_dump(config, sort_keys=False, allow_unicode=True), encoding="utf8")
     return stage
