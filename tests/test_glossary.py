@@ -73,6 +73,8 @@ def test_each_technical_term_is_linked_at_its_first_use_only(edition, path):
     text = path.read_text(encoding="utf8")
     in_math = [m for m in re.findall(r"\$\$.*?\$\$|\$[^$]+\$", text, re.S) if "{term}" in m]
     assert not in_math, f"{path.name}: a link inside math: {in_math[0][:120]}"
+    in_html = [m for m in re.findall(r"<div\b[^>]*>.*?</div>", text, re.S) if "{term}" in m]
+    assert not in_html, f"{path.name}: a link inside an HTML block, which JupyterLab leaves unresolved"
 
 
 def test_links_stay_out_of_code_math_headings_options_and_links():
