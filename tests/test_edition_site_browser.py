@@ -160,6 +160,25 @@ def test_a_word_in_the_editions_script_finds_its_pages(server, browser, edition)
     page.close()
 
 
+# A term of the glossary in its three spellings ("times": गुना, گنا), each with a combining mark or a letter Sphinx's
+# default splitter cuts at in Devanagari.
+TERM = {"en": "times", "hi": "गुना", "ur": "گنا"}
+
+
+@needs_sites
+@pytest.mark.parametrize("site", ["en", *EDITIONS])
+@pytest.mark.parametrize("spelling", list(TERM))
+def test_a_term_is_found_on_the_glossary_page_by_any_of_its_spellings(server, browser, site, spelling):
+    """Each site's glossary page writes every term in English, Hindi and Urdu (mic_tools.glossary, issue 41)."""
+    root = "" if site == "en" else f"{site}/"
+    page, problems = book.open_page(browser, f"{server}/{root}search.html?q={quote(TERM[spelling])}")
+    page.wait_for_selector("#search-results p.search-summary", timeout=30000)      # every hit listed
+    hits = page.eval_on_selector_all("#search-results ul.search li a", "els => els.map(e => e.href)")
+    assert any(h.startswith(f"{server}/{root}glossary.html") for h in hits), hits
+    assert not problems, problems
+    page.close()
+
+
 SCRIPT = {"hi": r"[\u0900-\u097F]", "ur": r"[\u0600-\u06FF]"}
 
 

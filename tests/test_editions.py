@@ -10,6 +10,7 @@ import jupytext
 import pytest
 import yaml
 
+from mic_tools.glossary import plain
 from script_module import load
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -27,7 +28,9 @@ def sync_module():
 
 
 def strip_unscripted(text: str) -> str:
-    """Prose only: code blocks and spans, math, roles, link targets, directive and option lines removed."""
+    """Prose only: code blocks and spans, math, roles, link targets, directive and option lines removed; a glossary
+    link ({term}`KV cache`) is prose, its text kept."""
+    text = plain(text)
     text = re.sub(r"```.*?```", lambda m: "\n".join(l for l in m.group(0).split("\n")[1:-1]
                                                     if not l.startswith(":")) if m.group(0).startswith(
         ("```{exercise}", "```{solution-start}")) else "", text, flags=re.S)
@@ -194,7 +197,8 @@ def test_the_avoided_words_are_whole_words():
 
 
 def raw_paragraphs(md: str) -> list[str]:
-    return [" ".join(p.split()) for p in re.split(r"\n\s*\n", md) if p.strip()]
+    """The paragraphs of ``md``, glossary links as their text (a term is linked in one notebook, not the next)."""
+    return [" ".join(p.split()) for p in re.split(r"\n\s*\n", plain(md)) if p.strip()]
 
 
 def translations_of_repeated_paragraphs(edition: str) -> dict[str, set[str]]:

@@ -20,6 +20,7 @@ import nbformat
 import pytest
 import snowballstemmer
 from mic_tools.exercises import is_solution
+from mic_tools.glossary import glossary_markdown
 
 from test_book_browser import SITE, needs_site, serve
 
@@ -43,6 +44,7 @@ def solution_only_words() -> dict[str, set[str]]:
             found[source.stem] = {w.lower() for c in nb.cells if is_solution(c) for w in WORD.findall(c.source)}
         else:
             rest |= {w.lower() for w in ANY_WORD.findall(source.read_text(encoding="utf8"))}
+    rest |= {w.lower() for w in ANY_WORD.findall(glossary_markdown("en"))}     # the glossary page's generated terms
     stem = snowballstemmer.stemmer("porter").stemWord        # Sphinx's English stemmer, as its search index uses
     rest_stems = {stem(w) for w in rest}
     return {name: {w for w in words - rest if stem(w) not in rest_stems} for name, words in found.items()}

@@ -16,9 +16,8 @@ from pathlib import Path
 from sphinx.search.en import SearchEnglish
 
 from helpers.infra.messages import DIRECTIONS, LOCALE, SCRIPT_FONTS
-from mic_tools.editions import FONT_FACES, copy_fonts, font_face_css
+from mic_tools.editions import EDITIONS, FONT_FACES, copy_fonts, font_face_css
 
-EDITIONS = {"en": "English", "hi": "हिंदी", "ur": "اردو"}   # code: the edition's name in its own language
 # The switch's name for a screen reader, in the page's language (an aria-label cannot mark a part of itself with
 # another language's lang, so it holds one language only: the page's).
 SWITCH_LABEL = {"en": "Language", "hi": "भाषा", "ur": "زبان"}
@@ -27,30 +26,42 @@ FONT_CSS = "mic-editions.css"
 # names each edition in its own script.
 
 
-class SearchHindi(SearchEnglish):
-    """Search for the Hindi site: a Devanagari word is kept whole, English words are stemmed as on the English site.
-
-    Sphinx's default splitter cuts words at every character that is not a letter or a digit, and Devanagari's
-    vowel signs and virama (हिंदी: ि, ं) are combining marks, so "हिंदी" would be indexed as "ह", "द". Here the
-    index (Python) and the search box (JavaScript) both keep combining marks inside a word; a danda (।) still
-    ends one. Hindi words pass the English stemmer unchanged, so both sides agree on them.
-    """
-    lang = "hi"
-    language_name = "Hindi"
-    _word_re = re.compile(r"[\w\u0900-\u0963\u0966-\u097F]+")    # Devanagari without its dandas (U+0964, U+0965)
-    js_splitter_code = """
+# A word of any edition's script, its combining marks kept inside it: Devanagari (without its dandas, U+0964, U+0965)
+# and Urdu's diacritics (zer, zabar, the superscript alef). \w alone cuts a word at every mark.
+WORD = re.compile(r"[\w\u0900-\u0963\u0966-\u097F\u0610-\u061A\u064B-\u065F\u0670\u06D6-\u06ED]+")
+SPLITTER_JS = """
 function splitQuery(query) {
   return query.split(/[^\\p{Letter}\\p{Mark}\\p{Number}_]+/gu).filter(term => term);
 }
 """
 
 
-class SearchUrdu(SearchHindi):
-    """Search for the Urdu site, as for the Hindi one: Urdu's diacritics (zer, zabar, the superscript alef) are
-    combining marks too, kept inside a word; the Urdu full stop (۔) and comma (،) end one."""
+class SearchEditions(SearchEnglish):
+    """Search for the English site: English as Sphinx searches it, and the Hindi and Urdu words of the glossary page
+    (every term in all three spellings, issue 41) kept whole, so that a term is found by any of them.
+
+    Sphinx's default splitter cuts words at every character that is not a letter or a digit, and Devanagari's
+    vowel signs and virama (हिंदी: ि, ं) are combining marks, so "हिंदी" would be indexed as "ह", "द". Here the
+    index (Python) and the search box (JavaScript) both keep combining marks inside a word; a danda (।) or the Urdu
+    full stop (۔) and comma (،) still end one. Hindi and Urdu words pass the English stemmer unchanged, so both
+    sides agree on them.
+    """
+    lang = "en"
+    _word_re = WORD
+    js_splitter_code = SPLITTER_JS
+
+
+class SearchHindi(SearchEditions):
+    """Search for the Hindi site: a Devanagari or Urdu word is kept whole, English words are stemmed as on the
+    English site."""
+    lang = "hi"
+    language_name = "Hindi"
+
+
+class SearchUrdu(SearchEditions):
+    """Search for the Urdu site, as for the Hindi one."""
     lang = "ur"
     language_name = "Urdu"
-    _word_re = re.compile(r"[\w\u0610-\u061A\u064B-\u065F\u0670\u06D6-\u06ED]+")
 
 
 def theme_catalog(edition: str):
@@ -216,6 +227,7 @@ html[dir="rtl"] table.mic-numbers-table th { direction: rtl; }
 """
 
 def setup(app):
+    app.add_search_language(SearchEditions)
     app.add_search_language(SearchHindi)
     app.add_search_language(SearchUrdu)
     app.connect("config-inited", _theme_strings)

@@ -26,6 +26,7 @@ from mic_tools.exercises import read_executed, without_solutions
 # Indic or Arabic-script fonts still shapes every word. Each face: (family, CSS weight, where its file is).
 # Devanagari comes from PyPI; Nastaliq and Naskh from npm (fontsource's Arabic-script subsets, woff2), which
 # `make install` puts under the environment's share/mic-fonts (NPM_FONTS; pyproject.toml cannot ask npm).
+EDITIONS = {"en": "English", "hi": "हिंदी", "ur": "اردو"}   # code: the edition's name in its own language
 NPM_FONTS = {"@fontsource/noto-nastaliq-urdu": "5.3.0", "@fontsource/noto-naskh-arabic": "5.3.0"}
 FONT_FACES = {
     "hi": [("Noto Sans Devanagari", "100 900", ("pypi", "fontpkg_noto_sans_devanagari", "*.ttf"))],

@@ -54,35 +54,36 @@ def read_executed(stage: Path, config: dict) -> None:
 
 
 def stage_book(book: Path, stage: Path, executed: Path | None = None, solutions: bool = False) -> Path:
-    """Copy the book folder to ``stage`` with every notebook replaced by its copy without solutions (or kept whole, with
-    ``solutions=True``).
+    """Copy the book folder to ``stage`` with every notebook replaced by its copy without solutions (with them
+    where ``solutions``).
 
     Without ``executed`` the copies are jupytext sources and the build executes them, as ``make book`` does.
-    With ``executed`` (a folder of executed notebooks, e.g. ``book/_build/jupyter_execute``) the copies keep those
-    outputs and the staged configuration turns execution off: the same site, built in a minute, from a run that
-    has already measured everything (the tests build it that way). ``solutions=True`` keeps the solutions: with
-    ``executed``, the full site rebuilt from a run without executing anything (``scripts/build-book --executed``).
+    With ``executed`` (a folder of executed notebooks, e.g. ``book/_build/jupyter_execute``) each copy is the
+    source, its Markdown as written now (a glossary link added since that run shows), with that run's outputs, and
+    the staged configuration turns execution off: the same site, built in a minute, from a run that has already
+    measured everything (the tests build it that way).
     """
     if stage.exists():
         shutil.rmtree(stage)
     stage.mkdir(parents=True)
     for item in book.iterdir():
-        if item.name in ("_build", "notebooks"):
-            continue
+        if item.name in ("_build", "notebooks") or (item.is_dir() and len(item.name) == 2):
+            continue                                   # outputs, sources and the editions' own folders
         (shutil.copytree if item.is_dir() else shutil.copy2)(item, stage / item.name)
     notebooks = stage / "notebooks"
     notebooks.mkdir()
     config = yaml.safe_load((book / "_config.yml").read_text(encoding="utf8"))
     for source in sorted((book / "notebooks").glob("[0-9][0-9]-*.md")):
+        nb = jupytext.read(source)
+        nb = nb if solutions else without_solutions(nb)
         if executed is None:
-            nb = jupytext.read(source)
-            jupytext.write(nb if solutions else without_solutions(nb), notebooks / source.name, fmt="md:myst")
-        else:
-            done = executed / "notebooks" / (source.stem + ".ipynb")
-            if not done.exists():
-                raise FileNotFoundError(f"No executed copy of {source.name} in {executed}: build the book first.")
-            nb = nbformat.read(done, as_version=4)
-            nbformat.write(nb if solutions else without_solutions(nb), notebooks / done.name)
+            jupytext.write(nb, notebooks / source.name, fmt="md:myst")
+            continue
+        from mic_tools.rerender import with_english_outputs      # needs the helpers' kernel side
+        done = executed / "notebooks" / (source.stem + ".ipynb")
+        if not done.exists():
+            raise FileNotFoundError(f"No executed copy of {source.name} in {executed}: build the book first.")
+        nbformat.write(with_english_outputs(nb, nbformat.read(done, as_version=4), "en"), notebooks / done.name)
     if executed is not None:
         read_executed(stage, config)
     if not solutions:

@@ -103,7 +103,8 @@ def with_english_outputs(edition_nb, english_executed, name: str):
     """The edition's notebook, each code cell with the English execution's outputs, said again in ``name``.
 
     The code cells are the English ones, in order (scripts/sync-editions); an English run without the solutions
-    (``make book SOLUTIONS=no``) has fewer, so each edition cell takes the next English cell with its source."""
+    (``make book SOLUTIONS=no``) has fewer, so each edition cell takes the next English cell with its source.
+    ``name`` "en" keeps the outputs as they are: the English sources' Markdown with their own run's outputs."""
     code_en = iter([c for c in english_executed.cells if c.cell_type == "code"])
     out = copy.deepcopy(edition_nb)
     for mine in (c for c in out.cells if c.cell_type == "code"):
@@ -111,7 +112,8 @@ def with_english_outputs(edition_nb, english_executed, name: str):
         if theirs is None:
             raise ValueError(f"The {name} notebook's code cells are not the English ones: run scripts/sync-editions"
                              " and build the English site first.")
-        mine.outputs = [nbformat.from_dict(rerendered_output(o, name)) for o in theirs.get("outputs", [])]
+        mine.outputs = [nbformat.from_dict(o if name == "en" else rerendered_output(o, name))
+                        for o in theirs.get("outputs", [])]
         mine.execution_count = theirs.get("execution_count")
     out.metadata = copy.deepcopy(english_executed.metadata)
     return out
