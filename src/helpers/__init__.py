@@ -14,6 +14,7 @@ Infrastructure (``helpers.infra``): a change here means a review of every notebo
 * :mod:`helpers.infra.tables`    small tables of this run's numbers, and this run's beside the chapter's
 * :mod:`helpers.infra.outputs`   what an output keeps (templates, fields) so an edition can say it again
 * :mod:`helpers.infra.plotting`  the figure style, the static (kernel-free) slider figure
+* :mod:`helpers.infra.alt_text`  a figure's text alternative (what a screen reader says), and its takeaway
 * :mod:`helpers.infra.chapter`   the chapter's reference architecture and every number it quotes
 * :mod:`helpers.infra.corpus`    the text perplexity and distillation read
 * :mod:`helpers.infra.exercises` exercises' checkers: right, a named mistake with its hint, or not attempted

@@ -4,20 +4,18 @@ Importing this module (every notebook does, through ``helpers``) registers the `
 the default renderer. The renderer emits three representations of every figure:
 
 * ``application/vnd.plotly.v1+json``: what JupyterLab draws, live;
-* ``text/html``: a ``<div>`` plus a tiny loader that fetches one local copy of
-  ``plotly.min.js`` from the site root. The Jupyter Book build picks this one
-  (see ``book/_config.yml``), so pages stay small and need no CDN. After every
-  draw the loader checks that each subplot's data layer sits on its axes and
-  draws once more where plotly.js left it behind (issue 25);
+* ``text/html``: a ``<div>`` named by the figure's text alternative (:mod:`helpers.infra.alt_text`) and a tiny loader
+  that fetches one local copy of ``plotly.min.js`` from the site root. The Jupyter Book build picks this one (see
+  ``book/_config.yml``), so pages stay small and need no CDN. After every draw the loader checks that each subplot's
+  data layer sits on its axes and draws once more where plotly.js left it behind (issue 25);
 * the figure before its layout, for the editions (:mod:`helpers.infra.outputs`).
 
-``slider_figure`` is the static half of the chapter's control pattern: a
-plotly slider that switches between precomputed traces, which works on a page
-with no kernel. The live half (ipywidgets) is in :mod:`helpers.infra.controls`.
+``slider_figure`` is the static half of the chapter's control pattern: a plotly slider that switches between
+precomputed traces, which works on a page with no kernel. The live half (ipywidgets): :mod:`helpers.infra.controls`.
 """
 from __future__ import annotations
 
-import base64
+import html as html_lib
 import json
 import math
 import sys
@@ -34,6 +32,7 @@ sys.modules.setdefault("rfc3987_syntax", None)
 import plotly.graph_objects as go  # noqa: E402  (after the line above, on purpose)
 import plotly.io as pio  # noqa: E402
 
+from .alt_text import as_numbers, describe, takeaway  # noqa: E402,F401  (takeaway: for notebooks, plotting.takeaway)
 from .messages import catalog, direction, edition, fields_of, font_family, isolate_rtl, message  # noqa: E402
 from .outputs import figure_source  # noqa: E402
 
@@ -79,24 +78,12 @@ def _axis_values(fig_dict: dict, axis: str) -> list[float]:
     """Every positive finite value plotted on layout axis ``axis`` ('xaxis', 'yaxis2', ...)."""
     letter, suffix = axis[0], axis[5:]
     values = []
-    for trace in go.Figure(data=fig_dict.get("data", [])).data:   # decodes numpy / base64-typed arrays
+    for trace in go.Figure(data=fig_dict.get("data", [])).data:
         if (getattr(trace, f"{letter}axis", None) or letter) != letter + suffix:
             continue
-        data = getattr(trace, letter, None)
-        if data is None:
-            continue
-        if isinstance(data, dict) and "bdata" in data:     # plotly's base64 typed array
-            data = np.frombuffer(base64.b64decode(data["bdata"]), dtype=data["dtype"])
-        try:
-            arr = np.asarray(data, dtype=float).ravel()
-        except (TypeError, ValueError):
-            continue                       # categories or dates: not a log axis anyway
+        arr = as_numbers(getattr(trace, letter, None))     # categories or dates: none, not a log axis anyway
         values.extend(arr[np.isfinite(arr) & (arr > 0)].tolist())
     return values
-
-
-def _tick_label(v: float) -> str:
-    return f"{v:,.0f}" if v >= 1 else f"{v:g}"
 
 
 def round_log_ticks(fig_dict: dict) -> None:
@@ -119,7 +106,7 @@ def round_log_ticks(fig_dict: dict) -> None:
         ticks = [m * 10.0 ** e for e in range(lo, hi + 1) for m in mantissas
                  if min(values) / 1.5 <= m * 10.0 ** e <= max(values) * 1.5]
         if len(ticks) >= 2:
-            axis.update(tickmode="array", tickvals=ticks, ticktext=[_tick_label(t) for t in ticks])
+            axis.update(tickmode="array", tickvals=ticks, ticktext=[f"{t:,.0f}" if t >= 1 else f"{t:g}" for t in ticks])
 
 
 def _wrap_step_titles(layout: dict) -> None:
@@ -140,9 +127,8 @@ def edition_labels(fig_dict: dict) -> None:
     """Labels written straight into a trace or the layout, in the edition's words.
 
     :func:`figure` looks its titles up itself; a trace's ``name="cached"``, a subplot's title, ``title_text=`` or
-    ``yaxis2=dict(title="speed-up")`` reach plotly as plain strings, so they are looked up here, as the same
-    templates (without fields) that ``scripts/extract-messages`` collects. A label already formatted from a
-    template with fields (``message(...)``) is not in the catalog and stays as it is.
+    ``yaxis2=dict(title="speed-up")`` reach plotly as plain strings, so they are looked up here, as the same templates
+    (without fields) that ``scripts/extract-messages`` collects. A label formatted by ``message(...)`` stays as it is.
     """
     words = catalog(edition())
     if not words:
@@ -192,7 +178,10 @@ def tidy(fig_dict: dict) -> dict:
 
 PLOTLY_JS_NAME = "plotly.min.js"
 
-_LOADER = """<div id="{id}" class="mic-plotly" style="width:100%;height:{height}px;"></div>
+# One image to assistive technology, named by its text alternative; plotly's SVG is hidden, not announced again.
+_LOADER = """<div class="mic-figure" role="img" aria-label="{alt}">
+<div id="{id}" class="mic-plotly" aria-hidden="true" style="width:100%;height:{height}px;"></div>
+</div>
 <script type="text/javascript">
 (function() {{
   var spec = {spec};
@@ -230,6 +219,8 @@ _LOADER = """<div id="{id}" class="mic-plotly" style="width:100%;height:{height}
     fontsLoaded().then(function() {{
       return Plotly.newPlot(gd, spec.data, spec.layout, {config});
     }}).then(function() {{
+      var tester = document.getElementById("js-plotly-tester");     // plotly's SVG for measuring text: no image
+      if (tester) tester.setAttribute("aria-hidden", "true");
       gd.on("plotly_afterplot", function() {{ window.__micRealign(gd); }});
       window.__micRealign(gd);
     }});
@@ -255,10 +246,12 @@ class MicRenderer(pio.base_renderers.MimetypeRenderer):
 
     def to_mimebundle(self, fig_dict):
         source = figure_source(pio.to_json(fig_dict))      # before the layout: what an edition draws again
+        edition_labels(fig_dict)
+        alt = html_lib.escape(describe(fig_dict))           # in the edition's words, before Urdu's isolates
         fig = go.Figure(tidy(fig_dict))
         spec = fig.to_json()
         height = (fig_dict.get("layout", {}) or {}).get("height") or 430
-        html = _LOADER.format(id=f"mic-{uuid.uuid4().hex[:12]}", height=int(height), spec=spec,
+        html = _LOADER.format(id=f"mic-{uuid.uuid4().hex[:12]}", height=int(height), spec=spec, alt=alt,
                               config=json.dumps({"responsive": True, "displaylogo": False}), js=PLOTLY_JS_NAME)
         return {"application/vnd.plotly.v1+json": json.loads(spec), "text/html": html, **source}
 
