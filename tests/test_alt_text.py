@@ -113,3 +113,37 @@ def test_every_template_of_a_text_alternative_is_extracted_for_the_catalogs():
     wanted = {*alt_text.AGAINST.values(), *alt_text.BARE.values(), *alt_text.SERIES.values(),
               *alt_text.RANGE.values(), alt_text.TITLE, alt_text.LIST}
     assert wanted <= {t for _, t in load("extract-messages").templates(source)}
+
+
+def test_a_figure_of_panels_is_described_panel_by_panel_with_its_subplot_titles():
+    from plotly.subplots import make_subplots
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("the whole pass", "per prompt token"))
+    fig.add_scatter(x=[1, 2], y=[3, 4], name="prefill", row=1, col=1)
+    fig.add_scatter(x=[1, 2], y=[0.3, 0.4], name="per token", row=1, col=2)
+    fig.add_scatter(x=[1, 2], y=[0.5, 0.5], name="decode", row=1, col=2)
+    fig.update_xaxes(title_text="prompt length P")
+    fig.update_yaxes(title_text="ms", row=1, col=1)
+    fig.update_yaxes(title_text="ms per token", row=1, col=2)
+    fig.update_layout(title_text="Table A")
+    assert alt_text.describe(fig.to_dict()) == (
+        "Table A. 2 panels. Panel 1, the whole pass: Line chart of ms against prompt length P. One series: prefill. "
+        "ms: from 3 to 4. Panel 2, per prompt token: Line chart of ms per token against prompt length P. "
+        "2 series: per token; decode. ms per token: from 0.3 to 0.5.")
+
+
+def test_stacked_panels_that_share_their_x_axis_read_its_one_title():
+    from plotly.subplots import make_subplots
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True)
+    fig.add_bar(x=[1, 2], y=["a", "b"], orientation="h", name="request", row=1, col=1)
+    fig.add_bar(x=[4, 8], y=["a", "b"], orientation="h", showlegend=False, row=2, col=1)
+    fig.update_xaxes(title_text="time (s)", row=2, col=1)
+    assert alt_text.describe(fig.to_dict()) == (
+        "2 panels. Panel 1: Bar chart. Horizontal axis: time (s). One series: request. Values from 1 to 2. "
+        "Panel 2: Bar chart. Horizontal axis: time (s). One series. Values from 4 to 8.")
+
+
+def test_a_heatmap_says_its_range_under_its_colour_bar_and_none_without_one():
+    shown = go.Figure(go.Heatmap(z=[[1, 2.5]], colorbar=dict(title="speed-up")))
+    assert alt_text.describe(shown.to_dict()) == "Heatmap. speed-up: from 1 to 2.5."
+    hidden = go.Figure(go.Heatmap(z=[[18, 37]], text=[["256 KiB", "128 GiB"]], showscale=False))
+    assert alt_text.describe(hidden.to_dict()) == "Heatmap."

@@ -38,6 +38,9 @@ BARE = {"line": "Line chart.", "bar": "Bar chart.", "scatter": "Scatter plot.", 
         "heatmap": "Heatmap.", "chart": "Chart."}
 SERIES = {"one named": "One series: {names}.", "named": "{n} series: {names}.",
           "one": "One series.", "many": "{n} series."}
+ONE_AXIS = {"x": "Horizontal axis: {axis}.", "y": "Vertical axis: {axis}."}
+PANELS = "{n} panels."
+PANEL = {"titled": "Panel {i}, {title}:", "untitled": "Panel {i}:"}
 RANGE = {"titled": "{axis}: from {low} to {high}.", "untitled": "Values from {low} to {high}."}
 TITLE = "{title}."
 LIST = "{earlier}; {name}"                # a list of names, one at a time: names may hold commas ("7B, int4")
@@ -107,25 +110,79 @@ def series_sentence(names: list[str], n: int) -> str:
     return said(SERIES["one named" if n == 1 else "named"], n=n, names=listed)
 
 
+def _axis_title(layout: dict, ref: str) -> str:
+    """The title of layout axis ``ref`` as a trace names it ('x', 'y2', ...)."""
+    return _title((layout.get(ref[0] + "axis" + ref[1:]) or {}).get("title"))
+
+
 def range_sentences(traces, layout: dict) -> list[str]:
-    """For each value axis with numbers on it, the range those numbers span (lowest, highest)."""
+    """For each value axis with numbers on it, the range those numbers span (lowest, highest). A heatmap's values
+    are its colours: their range is said under the colour bar's title, and not at all where no colour bar is shown
+    (the cells' own text then carries the numbers, and the colours may be any transform of them)."""
     out = []
     for axis in dict.fromkeys((getattr(t, "yaxis", None) or "y") for t in traces):
         shown = [t for t in traces if (getattr(t, "yaxis", None) or "y") == axis]
-        values = np.concatenate([_values(t) for t in shown]) if shown else np.array([])
+        if shown[0].type == "heatmap":
+            if shown[0].showscale is False:
+                continue
+            title = _title(shown[0].colorbar.title.text if shown[0].colorbar.title else None)
+        elif getattr(shown[0], "orientation", None) == "h":
+            title = ""                     # the value axis is not the y axis's title
+        else:
+            title = _axis_title(layout, axis)
+        values = np.concatenate([_values(t) for t in shown])
         if not values.size:
             continue
-        title = _title((layout.get("yaxis" + axis[1:]) or {}).get("title"))
-        if shown[0].type == "heatmap" or getattr(shown[0], "orientation", None) == "h":
-            title = ""                     # the value axis is not the y axis's title
         out.append(said(RANGE["titled" if title else "untitled"], axis=title,
                         low=plain_number(values.min()), high=plain_number(values.max())))
     return out
 
 
+def chart_sentences(traces, layout: dict, x: str, y: str) -> list[str]:
+    """The kind of chart with its axes' titles, the series shown, and the range of each value axis."""
+    kind = kind_of(traces)
+    sentences = [said(AGAINST[kind], x=x, y=y) if x and y else message(BARE[kind])]
+    if bool(x) != bool(y):                   # one axis titled: say which
+        sentences.append(said(ONE_AXIS["x" if x else "y"], axis=x or y))
+    if traces and kind != "heatmap":         # a heatmap's one trace is no series to count
+        names = [plain(t.name) for t in traces
+                 if getattr(t, "name", None) and getattr(t, "showlegend", None) is not False]
+        sentences.append(series_sentence(names, len(traces)))
+    return sentences + range_sentences(traces, layout)
+
+
+def _axis(layout: dict, ref: str) -> dict:
+    return layout.get(ref[0] + "axis" + ref[1:]) or {}
+
+
+def panel_titles(layout: dict, xrefs: list[str], yrefs: list[str]) -> dict[str, str]:
+    """Each panel's title (``make_subplots(subplot_titles=...)``): the annotation centred over its x axis's domain,
+    at the top of its y axis's."""
+    titles = {}
+    for xref, yref in zip(xrefs, yrefs):
+        (x0, x1), (_, y1) = (_axis(layout, xref).get("domain") or (0, 1), _axis(layout, yref).get("domain") or (0, 1))
+        for note in layout.get("annotations") or ():
+            if (note.get("xref") == "paper" and note.get("yref") == "paper" and note.get("text")
+                    and abs(note.get("x", -1) - (x0 + x1) / 2) < 1e-6 and abs(note.get("y", -1) - y1) < 1e-6):
+                titles[xref] = plain(note["text"])
+    return titles
+
+
+def x_title(layout: dict, ref: str) -> str:
+    """A panel's x axis title; stacked panels that share their x axis (``matches``) title only one of them."""
+    title = _axis_title(layout, ref)
+    if not title:
+        twins = {_axis(layout, ref).get("matches")} | {k[0] + k[5:] for k, v in layout.items()
+                                                        if k.startswith("xaxis") and isinstance(v, dict)
+                                                        and v.get("matches") == ref}
+        title = next((_axis_title(layout, twin) for twin in sorted(t for t in twins if t)
+                      if _axis_title(layout, twin)), "")
+    return title
+
+
 def describe(fig_dict: dict) -> str:
     """The text alternative of a figure (its dict, labels in the edition's words): the generic sentences, then the
-    takeaway a notebook gave it."""
+    takeaway a notebook gave it. A figure of several panels (subplots) is described panel by panel."""
     layout = fig_dict.get("layout", {}) or {}
     fig = go.Figure(data=fig_dict.get("data", []))          # traces with their defaults (as_numbers decodes)
     traces = [t for t in fig.data if getattr(t, "visible", None) in (None, True)]
@@ -133,14 +190,18 @@ def describe(fig_dict: dict) -> str:
     title = _title(layout.get("title"))
     if title:
         sentences.append(title if title.endswith(ENDS) else message(TITLE, title=title))
-    kind = kind_of(traces)
-    x, y = (_title((layout.get(a) or {}).get("title")) for a in ("xaxis", "yaxis"))
-    sentences.append(said(AGAINST[kind], x=x, y=y) if x and y else message(BARE[kind]))
-    if traces and kind != "heatmap":         # a heatmap's one trace is no series to count
-        names = [plain(t.name) for t in traces
-                 if getattr(t, "name", None) and getattr(t, "showlegend", None) is not False]
-        sentences.append(series_sentence(names, len(traces)))
-    sentences += range_sentences(traces, layout)
+    xrefs = list(dict.fromkeys((getattr(t, "xaxis", None) or "x") for t in traces))
+    if len(xrefs) < 2:
+        x, y = (_title((layout.get(a) or {}).get("title")) for a in ("xaxis", "yaxis"))
+        sentences += chart_sentences(traces, layout, x, y)
+    else:
+        sentences.append(message(PANELS, n=len(xrefs)))
+        panels = {ref: [t for t in traces if (getattr(t, "xaxis", None) or "x") == ref] for ref in xrefs}
+        yrefs = [getattr(shown[0], "yaxis", None) or "y" for shown in panels.values()]
+        titles = panel_titles(layout, xrefs, yrefs)
+        for i, ((ref, shown), yref) in enumerate(zip(panels.items(), yrefs), 1):
+            sentences.append(said(PANEL["titled" if ref in titles else "untitled"], i=i, title=titles.get(ref, "")))
+            sentences += chart_sentences(shown, layout, x_title(layout, ref), _axis_title(layout, yref))
     meta = layout.get("meta")
     if isinstance(meta, dict) and meta.get(TAKEAWAY_KEY):
         sentences.append(str(meta[TAKEAWAY_KEY]))
