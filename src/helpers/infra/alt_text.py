@@ -147,7 +147,7 @@ def chart_sentences(traces, layout: dict, x: str, y: str) -> list[str]:
     if traces and kind != "heatmap":         # a heatmap's one trace is no series to count
         names = [plain(t.name) for t in traces
                  if getattr(t, "name", None) and getattr(t, "showlegend", None) is not False]
-        sentences.append(series_sentence(names, len(traces)))
+        sentences.append(series_sentence(names, len(names) or len(traces)))   # a legend's entries, if named
     return sentences + range_sentences(traces, layout)
 
 
