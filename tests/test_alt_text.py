@@ -147,3 +147,11 @@ def test_a_heatmap_says_its_range_under_its_colour_bar_and_none_without_one():
     assert alt_text.describe(shown.to_dict()) == "Heatmap. speed-up: from 1 to 2.5."
     hidden = go.Figure(go.Heatmap(z=[[18, 37]], text=[["256 KiB", "128 GiB"]], showscale=False))
     assert alt_text.describe(hidden.to_dict()) == "Heatmap."
+
+
+def test_a_line_over_a_heatmap_is_a_series_on_its_axes_not_a_value():
+    fig = go.Figure([go.Heatmap(x=[0.5, 0.9], y=[1, 8], z=[[1.2, 3.0], [0.5, 12.0]], colorbar=dict(title="speed-up")),
+                     go.Scatter(x=[0.5, 0.9], y=[2, 6], name="break-even")])
+    fig.update_layout(xaxis_title="acceptance rate α", yaxis_title="draft tokens γ")
+    assert alt_text.describe(fig.to_dict()) == (
+        "Heatmap over acceptance rate α and draft tokens γ. One series: break-even. speed-up: from 0.5 to 12.")

@@ -67,13 +67,16 @@ def plain_number(v: float) -> str:
 
 
 def kind_of(traces) -> str:
-    """'line', 'bar', 'scatter', 'histogram', 'heatmap', or 'chart' for a mix or any other trace type."""
+    """'line', 'bar', 'scatter', 'histogram', 'heatmap' (a heatmap, with any lines drawn over it), or 'chart' for a
+    mix or any other trace type."""
     kinds = set()
     for t in traces:
         if t.type in ("scatter", "scattergl"):
             kinds.add("scatter" if (t.mode or "lines") == "markers" else "line")
         else:
             kinds.add(t.type if t.type in ("bar", "histogram", "heatmap") else "chart")
+    if "heatmap" in kinds:
+        return "heatmap"
     return kinds.pop() if len(kinds) == 1 else "chart"
 
 
@@ -118,23 +121,24 @@ def _axis_title(layout: dict, ref: str) -> str:
 def range_sentences(traces, layout: dict) -> list[str]:
     """For each value axis with numbers on it, the range those numbers span (lowest, highest). A heatmap's values
     are its colours: their range is said under the colour bar's title, and not at all where no colour bar is shown
-    (the cells' own text then carries the numbers, and the colours may be any transform of them)."""
+    (the cells' own text then carries the numbers, and the colours may be any transform of them); lines drawn over
+    a heatmap are on its axes, not values."""
     out = []
+    for t in traces:
+        if t.type == "heatmap" and t.showscale is not False and _values(t).size:
+            title = _title(t.colorbar.title.text if t.colorbar.title else None)
+            out.append(said(RANGE["titled" if title else "untitled"], axis=title,
+                            low=plain_number(_values(t).min()), high=plain_number(_values(t).max())))
+    if kind_of(traces) == "heatmap":
+        return out
     for axis in dict.fromkeys((getattr(t, "yaxis", None) or "y") for t in traces):
         shown = [t for t in traces if (getattr(t, "yaxis", None) or "y") == axis]
-        if shown[0].type == "heatmap":
-            if shown[0].showscale is False:
-                continue
-            title = _title(shown[0].colorbar.title.text if shown[0].colorbar.title else None)
-        elif getattr(shown[0], "orientation", None) == "h":
-            title = ""                     # the value axis is not the y axis's title
-        else:
-            title = _axis_title(layout, axis)
+        horizontal = getattr(shown[0], "orientation", None) == "h"
+        title = "" if horizontal else _axis_title(layout, axis)     # a horizontal bar's values are not on y
         values = np.concatenate([_values(t) for t in shown])
-        if not values.size:
-            continue
-        out.append(said(RANGE["titled" if title else "untitled"], axis=title,
-                        low=plain_number(values.min()), high=plain_number(values.max())))
+        if values.size:
+            out.append(said(RANGE["titled" if title else "untitled"], axis=title,
+                            low=plain_number(values.min()), high=plain_number(values.max())))
     return out
 
 
@@ -144,10 +148,11 @@ def chart_sentences(traces, layout: dict, x: str, y: str) -> list[str]:
     sentences = [said(AGAINST[kind], x=x, y=y) if x and y else message(BARE[kind])]
     if bool(x) != bool(y):                   # one axis titled: say which
         sentences.append(said(ONE_AXIS["x" if x else "y"], axis=x or y))
-    if traces and kind != "heatmap":         # a heatmap's one trace is no series to count
-        names = [plain(t.name) for t in traces
+    series = [t for t in traces if t.type != "heatmap"]     # a heatmap is no series; lines over it are
+    if series:
+        names = [plain(t.name) for t in series
                  if getattr(t, "name", None) and getattr(t, "showlegend", None) is not False]
-        sentences.append(series_sentence(names, len(names) or len(traces)))   # a legend's entries, if named
+        sentences.append(series_sentence(names, len(names) or len(series)))   # a legend's entries, if named
     return sentences + range_sentences(traces, layout)
 
 
