@@ -5,6 +5,7 @@ Needs the sites (`make book` builds them) and Debian's chromium. One browser ope
 elements. `python -m mic_tools.accessibility` prints the same report, moderate and minor findings included.
 """
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -20,9 +21,20 @@ SITE = Path(os.environ.get("MIC_BOOK_SITE") or accessibility.SITE)
 BLOCKING = ("critical", "serious")
 
 
-@pytest.mark.skipif(not (SITE / "intro.html").exists(), reason="build the book first: make book")
-def test_no_page_of_any_edition_has_a_critical_or_serious_violation(browser):
-    found = accessibility.audit(browser, SITE)
+SCRIPT = {"hi": re.compile(r"[\u0900-\u097F]"), "ur": re.compile(r"[\u0600-\u06FF]")}
+
+
+@pytest.fixture(scope="module")
+def audited(browser):
+    """The audit of every page of the three sites, with what each page's figures are called (DOM, accessibility tree)."""
+    if not (SITE / "intro.html").exists():
+        pytest.skip("build the book first: make book")
+    figures = {}
+    return accessibility.audit(browser, SITE, figures), figures
+
+
+def test_no_page_of_any_edition_has_a_critical_or_serious_violation(audited):
+    found, _ = audited
     editions = {accessibility.edition(path) for path in found}
     assert editions == {"en", "hi", "ur"}, f"the audit saw the editions {sorted(editions)} only"
     print(f"{len(found)} pages audited\n{accessibility.summary(found)}")     # pytest shows it when the test fails
@@ -45,3 +57,23 @@ def test_the_summary_names_each_rule_with_its_elements_per_edition():
     assert "region: All page content should be contained by landmarks — 4 elements on 2 pages (en: 2, ur: 2)" in text
     assert accessibility.counts(found)["moderate"] == {"region": 4}
     assert accessibility.summary(found, impacts=("critical", "serious")) == "no violations"
+
+
+def test_every_figure_of_every_edition_is_one_image_a_screen_reader_hears_by_its_text_alternative(audited):
+    """Read from Chromium's accessibility tree: each figure is one image, named by its text alternative, with nothing
+    of plotly's SVG heard inside it; every text alternative goes past the title and the kind of chart (its series,
+    ranges and takeaway: at least four sentences); an edition's figures in its script, as many as on the English
+    twin."""
+    _, figures = audited
+    assert sum(len(heard) for path, heard in figures.items() if accessibility.edition(path) == "en") >= 40
+    ends = re.compile(r"[.\u0964\u06d4](\s|$)")
+    for path, heard in figures.items():
+        wrong = [h for h in heard if h[1:] != ("image", h[0], 0)]
+        assert not wrong, f"{path}: figures a screen reader does not hear as one named image: {wrong[:2]}"
+        short = [label for label, *_ in heard if len(ends.findall(label)) < 4]
+        assert not short, f"{path}: figures without their whole text alternative: {short[:2]}"
+        ed = accessibility.edition(path)
+        if ed != "en":
+            twin = path.split("/", 1)[1]
+            assert len(heard) == len(figures.get(twin, [])), f"{path}: not as many figures as {twin}"
+            assert all(SCRIPT[ed].search(label) for label, *_ in heard), f"{path}: a figure not said in {ed}"

@@ -155,3 +155,25 @@ def test_a_line_over_a_heatmap_is_a_series_on_its_axes_not_a_value():
     fig.update_layout(xaxis_title="acceptance rate α", yaxis_title="draft tokens γ")
     assert alt_text.describe(fig.to_dict()) == (
         "Heatmap over acceptance rate α and draft tokens γ. One series: break-even. speed-up: from 0.5 to 12.")
+
+
+EXECUTED = Path(__file__).resolve().parents[1] / "book" / "_build" / "jupyter_execute" / "notebooks"
+
+
+@pytest.mark.skipif(not EXECUTED.is_dir(), reason="build the book first: make book")
+def test_every_figure_of_the_run_has_a_takeaway_at_the_end_of_its_text_alternative():
+    """Every figure the chapter's run drew (the English build's executed notebooks) was given one sentence of what
+    to take from it, filled from the run's numbers, and its text alternative ends with that sentence."""
+    figures, without = 0, []
+    for path in sorted(EXECUTED.glob("[0-9][0-9]-*.ipynb")):
+        for cell in nbformat.read(path, as_version=4).cells:
+            for output in cell.get("outputs", []):
+                data = output.get("data", {})
+                if "application/vnd.plotly.v1+json" not in data:
+                    continue
+                figures += 1
+                meta = data["application/vnd.plotly.v1+json"].get("layout", {}).get("meta")
+                said = meta.get(alt_text.TAKEAWAY_KEY) if isinstance(meta, dict) else None
+                if not said or not aria_label(data).endswith(said):
+                    without.append(f"{path.stem}: {aria_label(data)[:80]}")
+    assert figures >= 40 and not without, f"{figures} figures, {len(without)} without a takeaway: {without[:3]}"

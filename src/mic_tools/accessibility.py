@@ -73,21 +73,64 @@ RUN_AXE = """async () => {
 }"""
 
 
+# A page is audited as a reader meets it: loaded, its maths typeset and every figure drawn by plotly.js.
+DRAWN = "() => [...document.querySelectorAll('.mic-plotly')].every(d => d.querySelector('.main-svg'))"
+
+
 def audit_page(page, url: str, script: str) -> list[dict]:
-    """axe-core's violations on one page, once it has loaded and MathJax has typeset its maths."""
+    """axe-core's violations on one page, once it has loaded, MathJax has typeset its maths and plotly.js has drawn
+    its figures."""
     page.goto(url, wait_until="load")
     page.evaluate("async () => { await window.MathJax?.startup?.promise; }")
+    page.wait_for_function(DRAWN, timeout=60_000, polling=200)
     page.evaluate(script)
     return page.evaluate(RUN_AXE)
 
 
-def audit(browser, site: Path = SITE) -> dict[str, list[dict]]:
-    """Every page's violations, ``{page: [violation, ...]}``, each page opened in turn in one tab of ``browser``."""
+def figures_heard(page) -> list[tuple[str, str, str, int]]:
+    """Each figure of the page (``.mic-figure``), in page order, as Chromium's accessibility tree gives it to a
+    screen reader: ``(aria-label in the DOM, role, name, nodes heard inside it)``. A figure heard as it should be is
+    ``(label, "image", label, 0)``: one image named by its text alternative, nothing of plotly's SVG inside it."""
+    cdp = page.context.new_cdp_session(page)
+    try:
+        cdp.send("Accessibility.enable")
+        nodes = cdp.send("Accessibility.getFullAXTree")["nodes"]
+        root = cdp.send("DOM.getDocument", {"depth": 0})["root"]["nodeId"]
+        ids = cdp.send("DOM.querySelectorAll", {"nodeId": root, "selector": ".mic-figure"})["nodeIds"]
+        figures = []
+        for node_id in ids:
+            described = cdp.send("DOM.describeNode", {"nodeId": node_id})["node"]
+            attrs = described.get("attributes", [])
+            figures.append((dict(zip(attrs[::2], attrs[1::2])).get("aria-label", ""), described["backendNodeId"]))
+    finally:
+        cdp.detach()
+    by_dom = {n.get("backendDOMNodeId"): n for n in nodes}
+    by_id = {n["nodeId"]: n for n in nodes}
+
+    def heard_inside(node) -> int:
+        kids = [by_id[k] for k in node.get("childIds", []) if k in by_id]
+        return sum((not k.get("ignored")) + heard_inside(k) for k in kids)
+
+    heard = []
+    for label, backend in figures:
+        node = by_dom.get(backend)
+        if node is None or node.get("ignored"):
+            heard.append((label, "ignored", "", 0))
+        else:
+            heard.append((label, node["role"]["value"], (node.get("name") or {}).get("value", ""), heard_inside(node)))
+    return heard
+
+
+def audit(browser, site: Path = SITE, figures: dict | None = None) -> dict[str, list[dict]]:
+    """Every page's violations, ``{page: [violation, ...]}``, each page opened in turn in one tab of ``browser``.
+    Given a dict ``figures``, it also records each page's :func:`figures_heard` there."""
     script, found = axe_script(), {}
     with serve(site) as url:
         page = browser.new_page(viewport={"width": 1300, "height": 900})
         for path in pages(site):
             found[path] = audit_page(page, f"{url}/{path}", script)
+            if figures is not None:
+                figures[path] = figures_heard(page)
         page.close()
     return found
 
