@@ -30,7 +30,7 @@ def head_figure() -> go.Figure:
 
 
 def aria_label(bundle: dict) -> str:
-    return html.unescape(re.search(r'role="img" aria-label="([^"]*)"', bundle["text/html"]).group(1))
+    return html.unescape(re.search(r'role="figure" aria-label="([^"]*)"', bundle["text/html"]).group(1))
 
 
 def test_the_text_alternative_says_title_kind_axes_series_range_and_takeaway():
@@ -78,15 +78,16 @@ def test_a_takeaway_is_a_template_with_its_fields_and_keeps_other_meta():
         plotting.takeaway(fig, TAKEAWAY, a=2)
 
 
-def test_the_renderer_names_the_figure_and_hides_plotlys_svg():
+def test_the_renderer_names_the_figure_hides_plotlys_svg_and_offers_no_upload():
     fig = head_figure()
     fig.update_layout(title='A "quoted" <b>title</b> & more')
     bundle = plotting.MicRenderer().to_mimebundle(fig.to_dict())
     page = bundle["text/html"]
     assert aria_label(bundle) == alt_text.describe(fig.to_dict())
     assert aria_label(bundle).startswith('A "quoted" title & more. Line chart')
-    assert re.search(r'<div id="mic-[0-9a-f]{12}" class="mic-plotly" aria-hidden="true"', page)
-    assert page.index('role="img"') < page.index('aria-hidden="true"') < page.index("<script")
+    assert re.search(r'<div class="mic-figure" role="figure" aria-label="[^"]*">\n<div id="mic-[0-9a-f]{12}" '
+                     r'class="mic-plotly"', page)
+    assert "hideDrawing(gd)" in page and '"sendChartToCloud"' in page      # plotly's SVG hidden; no cloud button
 
 
 @pytest.mark.parametrize("name, words", [("hi", ("बनाम", "।", "सबसे लंबे पर")),

@@ -87,10 +87,15 @@ def audit_page(page, url: str, script: str) -> list[dict]:
     return page.evaluate(RUN_AXE)
 
 
-def figures_heard(page) -> list[tuple[str, str, str, int]]:
+# What a screen reader may meet inside a figure besides its name: plotly's toolbar (download, zoom), named buttons.
+TOOLBAR_ROLES = {"button", "toolbar", "generic", "none"}
+
+
+def figures_heard(page) -> list[tuple[str, str, str, list[tuple[str, str]]]]:
     """Each figure of the page (``.mic-figure``), in page order, as Chromium's accessibility tree gives it to a
-    screen reader: ``(aria-label in the DOM, role, name, nodes heard inside it)``. A figure heard as it should be is
-    ``(label, "image", label, 0)``: one image named by its text alternative, nothing of plotly's SVG inside it."""
+    screen reader: ``(aria-label in the DOM, role, name, [(role, name) of each node heard inside it])``. A figure
+    heard as it should be is ``(label, "figure", label, [...])`` with only the toolbar's named buttons inside:
+    nothing of what plotly.js drew (no tick label, legend entry or image)."""
     cdp = page.context.new_cdp_session(page)
     try:
         cdp.send("Accessibility.enable")
@@ -107,17 +112,21 @@ def figures_heard(page) -> list[tuple[str, str, str, int]]:
     by_dom = {n.get("backendDOMNodeId"): n for n in nodes}
     by_id = {n["nodeId"]: n for n in nodes}
 
-    def heard_inside(node) -> int:
+    def name(node) -> str:
+        return (node.get("name") or {}).get("value", "")
+
+    def inside(node) -> list[tuple[str, str]]:
         kids = [by_id[k] for k in node.get("childIds", []) if k in by_id]
-        return sum((not k.get("ignored")) + heard_inside(k) for k in kids)
+        return [pair for k in kids for pair in ([] if k.get("ignored") else [(k["role"]["value"], name(k))])
+                + inside(k)]
 
     heard = []
     for label, backend in figures:
         node = by_dom.get(backend)
         if node is None or node.get("ignored"):
-            heard.append((label, "ignored", "", 0))
+            heard.append((label, "ignored", "", []))
         else:
-            heard.append((label, node["role"]["value"], (node.get("name") or {}).get("value", ""), heard_inside(node)))
+            heard.append((label, node["role"]["value"], name(node), inside(node)))
     return heard
 
 

@@ -178,9 +178,12 @@ def tidy(fig_dict: dict) -> dict:
 
 PLOTLY_JS_NAME = "plotly.min.js"
 
-# One image to assistive technology, named by its text alternative; plotly's SVG is hidden, not announced again.
-_LOADER = """<div class="mic-figure" role="img" aria-label="{alt}">
-<div id="{id}" class="mic-plotly" aria-hidden="true" style="width:100%;height:{height}px;"></div>
+# To assistive technology a figure is one figure, named by its text alternative. What plotly.js draws (every SVG:
+# the plot, its text, the toolbar's icons) is hidden from it after each draw, not announced again; the toolbar's
+# buttons (download, zoom) stay, named, and reachable from the keyboard. (A role="img" around them would hide them:
+# an image's children are presentational, and axe-core finds nested-interactive and aria-hidden-focus.)
+_LOADER = """<div class="mic-figure" role="figure" aria-label="{alt}">
+<div id="{id}" class="mic-plotly" style="width:100%;height:{height}px;"></div>
 </div>
 <script type="text/javascript">
 (function() {{
@@ -214,6 +217,9 @@ _LOADER = """<div class="mic-figure" role="img" aria-label="{alt}">
     var loaded = Promise.all(loads.map(function(p) {{ return p.catch(function() {{}}); }}));
     return Promise.race([loaded, new Promise(function(done) {{ setTimeout(done, 3000); }})]);
   }}
+  function hideDrawing(gd) {{
+    gd.querySelectorAll("svg, .gl-container").forEach(function(e) {{ e.setAttribute("aria-hidden", "true"); }});
+  }}
   function draw() {{
     var gd = document.getElementById("{id}");
     fontsLoaded().then(function() {{
@@ -221,7 +227,8 @@ _LOADER = """<div class="mic-figure" role="img" aria-label="{alt}">
     }}).then(function() {{
       var tester = document.getElementById("js-plotly-tester");     // plotly's SVG for measuring text: no image
       if (tester) tester.setAttribute("aria-hidden", "true");
-      gd.on("plotly_afterplot", function() {{ window.__micRealign(gd); }});
+      hideDrawing(gd);
+      gd.on("plotly_afterplot", function() {{ hideDrawing(gd); window.__micRealign(gd); }});
       window.__micRealign(gd);
     }});
   }}
@@ -241,6 +248,11 @@ _LOADER = """<div class="mic-figure" role="img" aria-label="{alt}">
 </script>"""
 
 
+# The toolbar without plotly's logo and without "Share chart...", which uploads the figure to Plotly's cloud: the
+# site never sends anything anywhere.
+CONFIG = {"responsive": True, "displaylogo": False, "modeBarButtonsToRemove": ["sendChartToCloud"]}
+
+
 class MicRenderer(pio.base_renderers.MimetypeRenderer):
     """Plotly JSON for JupyterLab plus a self-loading HTML div for static pages."""
 
@@ -252,7 +264,7 @@ class MicRenderer(pio.base_renderers.MimetypeRenderer):
         spec = fig.to_json()
         height = (fig_dict.get("layout", {}) or {}).get("height") or 430
         html = _LOADER.format(id=f"mic-{uuid.uuid4().hex[:12]}", height=int(height), spec=spec, alt=alt,
-                              config=json.dumps({"responsive": True, "displaylogo": False}), js=PLOTLY_JS_NAME)
+                              config=json.dumps(CONFIG), js=PLOTLY_JS_NAME)
         return {"application/vnd.plotly.v1+json": json.loads(spec), "text/html": html, **source}
 
 
