@@ -61,6 +61,61 @@ def open_page(browser, url, width: int = 1300):
     return page, problems
 
 
+# Each chapter page is opened once, and everything the checks below assert is measured in that one visit, in an
+# order that changes nothing a later measurement reads: figures drawn, their texts, their data, then every control
+# moved, then the window narrowed to 1280 px and the solutions unfolded for the code. (Five visits of each of the
+# 30 pages, one per check, took a quarter of make test's browser time.) pytest-xdist's --dist loadfile keeps a
+# file's tests in one process, so each page's visit is shared by its five checks.
+_VISITS: dict[str, dict] = {}
+DRAWN_JS = """() => Array.from(document.querySelectorAll('div.mic-plotly')).map(
+    d => d.querySelectorAll('svg.main-svg g.trace, svg.main-svg g.hm, svg.main-svg image').length)"""
+STATE_JS = """(id) => { const gd = document.getElementById(id);
+    return JSON.stringify([gd.data.map(t => [t.visible, t.x, t.y, t.z]), gd.layout.title && gd.layout.title.text]); }"""
+
+
+def visit(server, browser, path: str) -> dict:
+    """What one visit of a chapter page measured (see above)."""
+    if path in _VISITS:
+        return _VISITS[path]
+    page, problems = open_page(browser, f"{server}/{path}")
+    seen = {"figures": page.locator("div.mic-plotly").count()}
+    try:
+        page.wait_for_function(f"() => ({DRAWN_JS})().every(k => k > 0)", timeout=60_000)
+    except Exception:
+        pass
+    seen["drawn"] = page.evaluate(DRAWN_JS)
+    seen["external"] = page.evaluate("""() => Array.from(document.querySelectorAll('script[src], link[href]'))
+        .map(e => e.src || e.href).filter(u => u && !u.startsWith(location.origin))""")
+    if page.locator("span.math, div.math").count():      # maths is typeset by the site's own MathJax
+        page.wait_for_function("() => document.querySelectorAll('mjx-container').length > 0", timeout=60_000)
+    seen["plotly_scripts"] = page.evaluate(
+        "() => Array.from(document.scripts).map(s => s.src).filter(s => s.includes('plotly'))")
+    wait_for_figures(page)
+    seen["texts"] = {f["id"]: found for f in page.evaluate(FIGURE_TEXTS_JS) if (found := text_problems(f))}
+    seen["off_axes"], seen["checked"] = data_off_axes(page)
+    seen["sliders"], seen["moved_off_axes"] = {}, []
+    ids = page.evaluate("() => Array.from(document.querySelectorAll('div.mic-plotly'))"
+                        ".filter(d => d.querySelector('.slider-container, .updatemenu-container')).map(d => d.id)")
+    for fig_id in ids:
+        before, changed = page.evaluate(STATE_JS, fig_id), False
+        for move in move_controls(page, fig_id):
+            changed = changed or (move.startswith("slider") and page.evaluate(STATE_JS, fig_id) != before)
+            bad, _ = data_off_axes(page, [fig_id])
+            if bad:
+                seen["moved_off_axes"].append(f"{fig_id}, {move}: {first(bad)}")
+        if page.locator(f"#{fig_id} .slider-container").count():
+            seen["sliders"][fig_id] = changed
+    seen["problems"] = list(problems)
+    page.set_viewport_size({"width": 1280, "height": 900})
+    seen["code_blocks"] = page.locator("div.cell_input pre").count()
+    # solutions open, as a reader who unfolds them sees their code (a folded one is laid out otherwise)
+    page.evaluate("() => document.querySelectorAll('.toggle-hidden').forEach(e => e.classList.remove('toggle-hidden'))")
+    seen["code_over"] = page.evaluate(CODE_LINES_JS)
+    page.close()
+    _VISITS[path] = seen
+    return seen
+
+
 @needs_site
 def test_every_chapter_page_was_built():
     assert "notebooks/01-kv-cache.html" in PAGES
@@ -69,28 +124,15 @@ def test_every_chapter_page_was_built():
 @needs_site
 @pytest.mark.parametrize("path", PAGES)
 def test_figures_draw_without_errors(server, browser, path):
-    page, problems = open_page(browser, f"{server}/{path}")
-    n = page.locator("div.mic-plotly").count()
-    assert n > 0, f"{path} has no figures"
-    drawn_js = """() => Array.from(document.querySelectorAll('div.mic-plotly')).map(
-        d => d.querySelectorAll('svg.main-svg g.trace, svg.main-svg g.hm, svg.main-svg image').length)"""
-    try:
-        page.wait_for_function(f"() => ({drawn_js})().every(k => k > 0)", timeout=60_000)
-    except Exception:
-        pass
-    drawn = page.evaluate(drawn_js)
-    assert len(drawn) == n and all(k > 0 for k in drawn), f"figures without drawn traces on {path}: {drawn}"
-    external = page.evaluate("""() => Array.from(document.querySelectorAll('script[src], link[href]'))
-        .map(e => e.src || e.href).filter(u => u && !u.startsWith(location.origin))""")
-    assert not external, f"the page asks the internet for {external}"
-    # maths is typeset by the site's own MathJax
-    if page.locator("span.math, div.math").count():
-        page.wait_for_function("() => document.querySelectorAll('mjx-container').length > 0", timeout=60_000)
+    seen = visit(server, browser, path)
+    assert seen["figures"] > 0, f"{path} has no figures"
+    assert len(seen["drawn"]) == seen["figures"] and all(k > 0 for k in seen["drawn"]), (
+        f"figures without drawn traces on {path}: {seen['drawn']}")
+    assert not seen["external"], f"the page asks the internet for {seen['external']}"
     # plotly.js came from the site itself, once
-    scripts = page.evaluate("() => Array.from(document.scripts).map(s => s.src).filter(s => s.includes('plotly'))")
+    scripts = seen["plotly_scripts"]
     assert len(scripts) == 1 and scripts[0].startswith(server), scripts
-    assert not problems, problems
-    page.close()
+    assert not seen["problems"], seen["problems"]
 
 
 # Every visible text element of every figure, with its box, in page pixels.
@@ -142,14 +184,8 @@ def test_text_problems_finds_overlap_and_clipping():
 @pytest.mark.parametrize("path", PAGES)
 def test_figure_texts_neither_clip_nor_overlap(server, browser, path):
     """Titles cut at the right edge, labels drawn over each other, sliders over axis titles: all fail here."""
-    page, _ = open_page(browser, f"{server}/{path}")
-    page.wait_for_function("() => Array.from(document.querySelectorAll('div.mic-plotly'))"
-                           ".every(d => d.querySelector('svg.main-svg'))", timeout=60_000)
-    page.wait_for_timeout(500)
-    figures = page.evaluate(FIGURE_TEXTS_JS)
-    bad = {f["id"]: problems for f in figures if (problems := text_problems(f))}
+    bad = visit(server, browser, path)["texts"]
     assert not bad, f"{path}: figure text clipped or overlapping: {bad}"
-    page.close()
 
 
 # Every line of every code cell, measured against the box it is shown in: the box's width inside its padding, and
@@ -171,13 +207,10 @@ CODE_LINES_JS = """() => {
 @needs_site
 @pytest.mark.parametrize("path", PAGES)
 def test_no_code_line_runs_past_its_box_at_1280_px(server, browser, path):
-    page, _ = open_page(browser, f"{server}/{path}", width=1280)
-    assert page.locator("div.cell_input pre").count() > 0, f"{path} shows no code"
-    # solutions open, as a reader who unfolds them sees their code (a folded one is laid out otherwise)
-    page.evaluate("() => document.querySelectorAll('.toggle-hidden').forEach(e => e.classList.remove('toggle-hidden'))")
-    over = page.evaluate(CODE_LINES_JS)
+    seen = visit(server, browser, path)
+    assert seen["code_blocks"] > 0, f"{path} shows no code"
+    over = seen["code_over"]
     assert not over, f"{path}: {len(over)} code lines wider than their box, e.g. {over[:3]}"
-    page.close()
 
 
 @needs_site
@@ -193,32 +226,12 @@ def test_no_widget_state_or_widget_views_on_static_pages():
 @needs_site
 @pytest.mark.parametrize("path", PAGES)
 def test_sliders_change_the_figure(server, browser, path):
-    page, problems = open_page(browser, f"{server}/{path}")
-    page.wait_for_function("() => document.querySelectorAll('div.mic-plotly svg.main-svg').length > 0",
-                           timeout=60_000)
-    ids = page.evaluate("""() => Array.from(document.querySelectorAll('div.mic-plotly'))
-        .filter(d => d.querySelector('.slider-container')).map(d => d.id)""")
-    if not ids:
+    """Each slider, moved to its far end and back to its start, changes what its figure shows at least once."""
+    sliders = visit(server, browser, path)["sliders"]
+    if not sliders:
         pytest.skip(f"{path} has no slider figures")
-    for fig_id in ids:
-        state = f"""() => {{ const gd = document.getElementById('{fig_id}');
-            return JSON.stringify([gd.data.map(t => [t.visible, t.x, t.y, t.z]),
-                                   gd.layout.title && gd.layout.title.text]); }}"""
-        before = page.evaluate(state)
-        rail = page.locator(f"#{fig_id} .slider-container .slider-rail-rect")
-        rail.scroll_into_view_if_needed()
-        box = rail.bounding_box()
-        # click the far end of the rail, then the start: at least one of them moves the slider
-        page.mouse.click(box["x"] + box["width"] - 2, box["y"] + box["height"] / 2)
-        page.wait_for_timeout(300)
-        after = page.evaluate(state)
-        if after == before:
-            page.mouse.click(box["x"] + 2, box["y"] + box["height"] / 2)
-            page.wait_for_timeout(300)
-            after = page.evaluate(state)
-        assert after != before, f"moving the slider of {fig_id} on {path} changed nothing"
-    assert not problems, problems
-    page.close()
+    still = [fig_id for fig_id, changed in sliders.items() if not changed]
+    assert not still, f"moving the sliders of {still} on {path} changed nothing"
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -425,18 +438,10 @@ def move_controls(page, fig_id: str):
 def test_figures_draw_data_where_their_axes_put_it(server, browser, path):
     """Every marker, line, bar, heatmap and error bar within 2 px of where its axes map its values,
     as the page opens and after every slider and dropdown moves."""
-    page, _ = open_page(browser, f"{server}/{path}")
-    wait_for_figures(page)
-    bad, checked = data_off_axes(page)
-    assert not bad, f"{path}: data drawn away from its axes: {first(bad)}"
-    assert sum(checked.values()) > 0, f"{path}: no data point of any figure was found to check"
-    ids = page.evaluate("() => Array.from(document.querySelectorAll('div.mic-plotly'))"
-                        ".filter(d => d.querySelector('.slider-container, .updatemenu-container')).map(d => d.id)")
-    for fig_id in ids:
-        for move in move_controls(page, fig_id):
-            bad, _ = data_off_axes(page, [fig_id])
-            assert not bad, f"{path}: {fig_id}, {move}: data drawn away from its axes: {first(bad)}"
-    page.close()
+    seen = visit(server, browser, path)
+    assert not seen["off_axes"], f"{path}: data drawn away from its axes: {first(seen['off_axes'])}"
+    assert sum(seen["checked"].values()) > 0, f"{path}: no data point of any figure was found to check"
+    assert not seen["moved_off_axes"], f"{path}: data drawn away from its axes: {seen['moved_off_axes'][:2]}"
 
 
 def sample_figures():

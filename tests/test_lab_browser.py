@@ -492,7 +492,10 @@ INSTRUCTOR = ROOT / "instructor"   # voila/templates/room: Voila's lab template,
 PRESENTED = [n for n in NOTEBOOKS if "stream_box" in (ROOT / "notebooks" / f"{n}.md").read_text()] or NOTEBOOKS[:1]
 
 
-@pytest.fixture(scope="module", params=[PRESENTED[0], f"hi/{PRESENTED[0]}", f"ur/{PRESENTED[0]}"])
+# English, and Urdu: right to left, in Nastaliq, the edition whose room view differs most. (Hindi's notebook runs,
+# streams and answers in Hindi in JupyterLab, test_an_edition_notebook_runs_streams_and_its_controls_answer_in_its_
+# language; the room view adds nothing for it that Urdu's does not check, and each view costs 85 s of make test.)
+@pytest.fixture(scope="module", params=[PRESENTED[0], f"ur/{PRESENTED[0]}"])
 def voila(workdir, request):
     """`make present` for one notebook (`make present NB=02 ED=hi` for the Hindi one): Voila with the room
     template on a free 127.0.0.1 port. Returns (url, notebook)."""
