@@ -15,6 +15,7 @@ from mic_tools import accessibility
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "book" / "_ext"))
 from mic_accessibility import citations_as_list_items  # noqa: E402
+from mic_editions import SCRIPT_RUNS, mark_languages  # noqa: E402
 
 # MIC_BOOK_SITE audits a site built (or copied) elsewhere, as in tests/test_book_browser.py
 SITE = Path(os.environ.get("MIC_BOOK_SITE") or accessibility.SITE)
@@ -80,3 +81,32 @@ def test_every_figure_of_every_edition_is_heard_by_its_text_alternative_and_noth
             twin = path.split("/", 1)[1]
             assert len(heard) == len(figures.get(twin, [])), f"{path}: not as many figures as {twin}"
             assert all(SCRIPT[ed].search(label) for label, *_ in heard), f"{path}: a figure not said in {ed}"
+
+
+def test_another_editions_script_is_marked_with_its_language_outside_tags_and_scripts():
+    body = ('<p>English: right · हिंदी: सही · اردو: درست ہے</p><script>var s = "درست"; if (a < b) {}</script>'
+            '<a lang="ur" href="ur/">اردو</a>')
+    assert mark_languages(body, "en") == (
+        '<p>English: right · <span lang="hi">हिंदी</span>: <span lang="hi">सही</span> · <span lang="ur">اردو</span>: '
+        '<span lang="ur">درست ہے</span></p><script>var s = "درست"; if (a < b) {}</script><a lang="ur" href="ur/">اردو</a>')
+    assert mark_languages(body, "ur").count('lang="ur"') == 1 and mark_languages(body, "hi").count('lang="hi"') == 0
+
+
+@pytest.mark.skipif(not (SITE / "glossary.html").exists(), reason="build the book first: make book")
+@pytest.mark.parametrize("edition", ["en", "hi", "ur"])
+def test_on_each_glossary_page_every_run_of_another_script_says_its_language(edition):
+    """The glossary page writes every term in all three scripts: on each site, each run of another edition's script
+    is in an element of that language (lang decides how Nastaliq shapes Urdu), read from the built page."""
+    from bs4 import BeautifulSoup
+    page = SITE / ("glossary.html" if edition == "en" else f"{edition}/glossary.html")
+    soup = BeautifulSoup(page.read_text(encoding="utf8"), "html.parser")
+    runs = 0
+    for text in soup.find_all(string=True):
+        if text.parent.name in ("script", "style", "title"):
+            continue
+        for code, pattern in SCRIPT_RUNS.items():
+            if code != edition and pattern.search(text):
+                runs += 1
+                holder = text.find_parent(attrs={"lang": True})
+                assert holder is not None and holder["lang"] == code, f"{code} run {text!r} in {holder and holder.name}"
+    assert runs >= 150, f"only {runs} runs of another script on {page}"

@@ -129,8 +129,41 @@ def _add_switch(app, pagename, templatename, context, doctree):
     if doctree is None or "body" not in context:
         return
     edition = app.config.language or "en"
-    context["body"] = switch_html(pagename, edition if edition in EDITIONS else "en",
-                                  site_root(context["pathto"])) + context["body"]
+    edition = edition if edition in EDITIONS else "en"
+    context["body"] = switch_html(pagename, edition, site_root(context["pathto"])) + mark_languages(
+        context["body"], edition)
+
+
+# A run of another edition's script in a page's text (a glossary entry's spellings, say): its language decides how
+# it is shaped and spoken. Without lang="ur", Urdu on an English or Hindi page is shaped as Arabic, and Nastaliq
+# draws the wrong final keheh (notofonts/nastaliq #101); a screen reader reads it in the page's voice.
+SCRIPT_RUNS = {"hi": re.compile(r"[\u0900-\u097F]+(?:[\s\u200c\u200d]+[\u0900-\u097F]+)*"),
+               "ur": re.compile(r"[\u0600-\u06FF\u0750-\u077F]+"
+                                r"(?:[\s\u200c\u200d]+[\u0600-\u06FF\u0750-\u077F]+)*")}
+TAG = re.compile(r"(<[^>]*>)")
+RAW = re.compile(r"<(/?)(script|style|svg|math|textarea)\b", re.I)
+
+
+def mark_languages(body: str, edition: str) -> str:
+    """``body`` with every run of another edition's script, outside tags, scripts and styles, in a
+    ``<span lang="...">`` (one already directly inside an element of that language is left as it is)."""
+    out, raw, last_tag = [], None, ""
+    for part in TAG.split(body):
+        if part.startswith("<"):
+            m = RAW.match(part)
+            if m and not m.group(1) and raw is None:
+                raw = m.group(2).lower()
+            elif m and m.group(1) and m.group(2).lower() == raw:
+                raw = None
+            out.append(part)
+            last_tag = part
+            continue
+        if raw is None:
+            for code, runs in SCRIPT_RUNS.items():
+                if code != edition and f'lang="{code}"' not in last_tag:
+                    part = runs.sub(lambda r, code=code: f'<span lang="{code}">{r.group(0)}</span>', part)
+        out.append(part)
+    return "".join(out)
 
 
 def _write_font_css(app, exception):
@@ -144,7 +177,8 @@ def _write_font_css(app, exception):
            CODE_CSS]
     for code in FONT_FACES:
         css += font_face_css(code, "fonts/")
-        css.append(f'.mic-editions [lang="{code}"] {{ font-family: "{SCRIPT_FONTS[code]}", sans-serif; }}')
+        css.append(f'.mic-editions [lang="{code}"], span[lang="{code}"] {{ font-family: "{SCRIPT_FONTS[code]}", '
+                   'sans-serif; }')
     edition = app.config.language or "en"
     if edition in FONT_FACES:                           # the edition's pages: body and headings in its font
         family = SCRIPT_FONTS[edition]
