@@ -109,4 +109,4 @@ def test_on_each_glossary_page_every_run_of_another_script_says_its_language(edi
                 runs += 1
                 holder = text.find_parent(attrs={"lang": True})
                 assert holder is not None and holder["lang"] == code, f"{code} run {text!r} in {holder and holder.name}"
-    assert runs >= 150, f"only {runs} runs of another script on {page}"
+    assert runs >= 100, f"only {runs} runs of another script on {page}"         # 58 terms in three scripts
