@@ -4,10 +4,9 @@ Importing this module (every notebook does, through ``helpers``) registers the `
 the default renderer. The renderer emits three representations of every figure:
 
 * ``application/vnd.plotly.v1+json``: what JupyterLab draws, live;
-* ``text/html``: a ``<div>`` named by the figure's text alternative (:mod:`helpers.infra.alt_text`) and a tiny loader
-  that fetches one local copy of ``plotly.min.js`` from the site root. The Jupyter Book build picks this one (see
-  ``book/_config.yml``), so pages stay small and need no CDN. After every draw the loader checks that each subplot's
-  data layer sits on its axes and draws once more where plotly.js left it behind (issue 25);
+* ``text/html``: a ``<div>`` named by the figure's text alternative (:mod:`helpers.infra.alt_text`) and a loader of
+  the site's one ``plotly.min.js``, which the book build picks (``book/_config.yml``): small pages, no CDN. After every
+  draw it checks that each subplot's data sits on its axes, and draws again where plotly.js left it (issue 25);
 * the figure before its layout, for the editions (:mod:`helpers.infra.outputs`).
 
 ``slider_figure`` is the static half of the chapter's control pattern: a plotly slider that switches between
@@ -178,10 +177,8 @@ def tidy(fig_dict: dict) -> dict:
 
 PLOTLY_JS_NAME = "plotly.min.js"
 
-# To assistive technology a figure is one figure, named by its text alternative. What plotly.js draws (every SVG:
-# the plot, its text, the toolbar's icons) is hidden from it after each draw, not announced again; the toolbar's
-# buttons (download, zoom) stay, named, and reachable from the keyboard. (A role="img" around them would hide them:
-# an image's children are presentational, and axe-core finds nested-interactive and aria-hidden-focus.)
+# To assistive technology a figure is one figure named by its text alternative; what plotly.js draws (every SVG) is
+# hidden after each draw, its toolbar's buttons stay (role="img" around them: axe-core's nested-interactive).
 _LOADER = """<div class="mic-figure" role="figure" aria-label="{alt}">
 <div id="{id}" class="mic-plotly" style="width:100%;height:{height}px;"></div>
 </div>
@@ -217,9 +214,8 @@ _LOADER = """<div class="mic-figure" role="figure" aria-label="{alt}">
     var loaded = Promise.all(loads.map(function(p) {{ return p.catch(function() {{}}); }}));
     return Promise.race([loaded, new Promise(function(done) {{ setTimeout(done, 3000); }})]);
   }}
-  function hideDrawing(gd) {{
-    gd.querySelectorAll("svg, .gl-container").forEach(function(e) {{ e.setAttribute("aria-hidden", "true"); }});
-  }}
+  function hideDrawing(gd) {{ gd.querySelectorAll("svg, .gl-container").forEach(function(e) {{
+    e.setAttribute("aria-hidden", "true"); }}); }}
   function draw() {{
     var gd = document.getElementById("{id}");
     fontsLoaded().then(function() {{
@@ -248,8 +244,7 @@ _LOADER = """<div class="mic-figure" role="figure" aria-label="{alt}">
 </script>"""
 
 
-# The toolbar without plotly's logo and without "Share chart...", which uploads the figure to Plotly's cloud: the
-# site never sends anything anywhere.
+# No logo, and no "Share chart...", which uploads the figure to Plotly's cloud: the site never sends anything.
 CONFIG = {"responsive": True, "displaylogo": False, "modeBarButtonsToRemove": ["sendChartToCloud"]}
 
 
