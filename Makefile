@@ -86,10 +86,12 @@ assignments-check: $(STAMP)
 # every claim asserted), the helpers' unit tests, every notebook under nbval in static mode on a second, tiny
 # architecture (tests/test_second_model.py), a headless browser that checks the built pages draw, JupyterLab's
 # Run All of every notebook in live mode on the tiny model with its controls moved, and the instructor view (live,
-# default model) of the streaming notebook. Each (model, mode) pair is run once, which keeps `make test` within
-# 30 minutes; `make nbval` adds every notebook under nbval on the default model, live.
-# pytest runs in two workers, one test file at a time each (JupyterLab's checks, the longest file, on one; the
-# rest on the other): a browser or a kernel starting leaves a core idle most of the time. No test here asserts a
+# default model) of the streaming notebook, the three PDFs (printed and read back), and axe-core on every page of the
+# three sites. Each (model, mode) pair is run once, which keeps `make test` within 30 minutes; `make nbval` adds
+# every notebook under nbval on the default model, live.
+# pytest runs in two workers, one test file at a time each, the slowest files first (tests/conftest.py; xdist
+# would start the files with the most tests first): a browser or a kernel starting leaves a core idle most of the
+# time. No test here asserts a
 # timing claim on the default model (the book build, alone, does), and OpenMP threads that wait sleep instead of
 # spinning (OMP_WAIT_POLICY=PASSIVE), so the two workers share the cores instead of fighting over them.
 # All three sites are built on the default model (one execution, in the English build), and every template the
@@ -97,7 +99,7 @@ assignments-check: $(STAMP)
 test: install system-deps
 	$(PY) tests/second_model.py build/second-model
 	$(MAKE) book
-	OMP_WAIT_POLICY=PASSIVE $(PY) -m pytest tests -n 2 --dist loadfile -v --durations=15
+	OMP_WAIT_POLICY=PASSIVE $(PY) -m pytest tests -n 2 --dist loadfile --no-loadscope-reorder -v --durations=15
 
 nbval: $(STAMP)
 	scripts/check-notebook $(NOTEBOOKS)

@@ -61,3 +61,23 @@ def browser():
             "--disable-component-update", "--disable-sync"])   # launch() always uses a fresh, empty profile
         yield b
         b.close()
+
+
+# make test runs two workers, one test file at a time each (--dist loadfile). xdist hands out the files with the most
+# tests first, so a file of few, long tests started last and ran alone while the other worker sat idle (the
+# accessibility audit: 8 tests, about 3 minutes). The slowest files are collected first instead, and make test keeps
+# that order (--no-loadscope-reorder): the longest first, the short ones fill in at the end. Their order is what
+# tests took in a CI rehearsal on 2 cores (seconds, one file's tests together).
+SLOWEST_FIRST = ("test_lab_browser.py",            # ~600: every notebook in JupyterLab, the instructor view
+                 "test_book_browser.py",           # ~350: 30 chapter pages in Chromium
+                 "test_edition_site_browser.py",   # ~280
+                 "test_grading.py",                # ~200: nbgrader end to end
+                 "test_accessibility.py",          # ~200: axe-core on every page of three sites
+                 "test_second_model.py",           # ~155
+                 "test_pdf.py",                    # ~130: the three PDFs printed
+                 "test_solutions_hidden.py", "test_edition_outputs.py", "test_editions.py", "test_speculative.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(SLOWEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))      # stable: each file's tests keep their order
